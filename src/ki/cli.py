@@ -1,0 +1,28 @@
+"""The `ki` command line: one typer app, command groups registered from ki.commands."""
+
+from __future__ import annotations
+
+import typer
+
+from ki.commands import config as config_commands
+from ki.commands import demo as demo_commands
+from ki.commands import store as store_commands
+
+app = typer.Typer(
+    name="ki",
+    help="LegalMemory knowledge index: ingest a firm's documents and search them "
+    "without ever showing a document the caller may not see.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+for _module in (config_commands, store_commands, demo_commands):
+    _module.register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Exit codes for the CLI, mapped from exceptions in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from ki_core.config import ConfigError
+
+EXIT_CONFIG = 2
+EXIT_FAILED = 1
+
+_stderr = Console(stderr=True, soft_wrap=True)
+
+# Most specific first; later issues add their edge exceptions here.
+EXIT_CODES: list[tuple[type[BaseException], int]] = [(ConfigError, EXIT_CONFIG)]
+
+
+def exit_code_for(exc: BaseException) -> int | None:
+    for exc_type, code in EXIT_CODES:
+        if isinstance(exc, exc_type):
+            return code
+    return None
+
+
+def cli_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Known errors become one readable line and an exit code, not a traceback."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            code = exit_code_for(exc)
+            if code is None:
+                raise
+            _stderr.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            raise typer.Exit(code) from None
+
+    return wrapper

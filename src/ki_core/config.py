@@ -1,0 +1,311 @@
+"""Settings: `config.json` < environment `KI_<SECTION>__<FIELD>` < explicit arguments.
+
+Every module reads configuration through `Settings`; nothing reads the
+environment directly.  A bad value stops start-up with a message that names
+the dotted key (`retrieval.fusion_rrf_k`) and the expected type, because the
+operator who set `KI_RETRIEVAL__FUSION_RRF_K=abc` needs the key, not a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+CONFIG_FILE_ENV = "KI_CONFIG_FILE"
+DEFAULT_CONFIG_FILE = "config.json"
+DEFAULT_STATE_DIR = ".ki"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, malformed or inconsistent."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class RetrievalSettings(_Section):
+    """The `retrieval.*` table of spec/retrieval.md, defaults verbatim."""
+
+    index_name: str = "knowledge-index-chunks-v1"
+    # None: follow the configured embedder (see Settings.effective_embedding_dimensions).
+    embedding_dimensions: int | None = Field(default=None, gt=0)
+    vector_engine: Literal["lucene", "faiss", "nmslib"] = "lucene"
+    vector_space_type: Literal["cosinesimil", "innerproduct", "l2"] = "cosinesimil"
+    hnsw_m: int = Field(default=16, gt=0)
+    hnsw_ef_construction: int = Field(default=128, gt=0)
+    chunk_chars: int = Field(default=1200, gt=0)
+    chunk_overlap_chars: int = Field(default=120, ge=0)
+    chunk_contextualize: bool = True
+    profile_embeddings: bool = True
+    clause_embeddings: bool = True
+    fusion_rrf_k: int = Field(default=60, ge=0)
+    weight_lexical: float = Field(default=1.0, ge=0)
+    weight_semantic: float = Field(default=1.0, ge=0)
+    weight_identifier: float = Field(default=1.5, ge=0)
+    # Declared by the spec; search_decisions scores by token overlap and does not read it.
+    weight_decisions: float = Field(default=0.8, ge=0)
+    version_status_boost: dict[str, float] = Field(
+        default_factory=lambda: {"executed": 1.2, "final": 1.0, "unknown": 0.8, "draft": 0.7}
+    )
+    collapse_per_document: bool = True
+    max_chunks_per_document: int = Field(default=3, gt=0)
+    rerank_enabled: bool = False
+    rerank_model: str = "rerank"
+    # Declared by the spec; not read by the retrieval code.
+    graph_rag_enabled: bool = False
+
+    @model_validator(mode="after")
+    def _overlap_smaller_than_window(self) -> RetrievalSettings:
+        if self.chunk_overlap_chars >= self.chunk_chars:
+            raise ValueError(
+                "retrieval.chunk_overlap_chars must be smaller than retrieval.chunk_chars "
+                f"({self.chunk_overlap_chars} >= {self.chunk_chars})"
+            )
+        return self
+
+
+class SecuritySettings(_Section):
+    source_acl_mode: Literal["sufficient", "intersect"] = "sufficient"
+    principal_aliases: dict[str, str] = Field(default_factory=dict)
+    admin_principals: list[str] = Field(default_factory=lambda: ["role:admin", "system:admin"])
+
+
+class DatabaseSettings(_Section):
+    # None: a SQLite file under the state directory (the embedded default).
+    url: str | None = None
+    echo: bool = False
+    pool_size: int = Field(default=5, gt=0)
+
+
+class OpenSearchSettings(_Section):
+    hosts: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:9200"])
+    username: str | None = None
+    password: SecretStr | None = None
+    use_ssl: bool = False
+    verify_certs: bool = True
+    ca_certs: str | None = None
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    number_of_shards: int = Field(default=1, gt=0)
+    number_of_replicas: int = Field(default=1, ge=0)
+
+
+class EmbeddedSearchSettings(_Section):
+    # None: `<state_dir>/index`.
+    path: str | None = None
+    commit_batch_chunks: int = Field(default=2000, gt=0)
+
+
+class SearchSettings(_Section):
+    backend: Literal["embedded", "opensearch"] = "embedded"
+    embedded: EmbeddedSearchSettings = Field(default_factory=EmbeddedSearchSettings)
+    opensearch: OpenSearchSettings = Field(default_factory=OpenSearchSettings)
+
+
+class BrokerSettings(_Section):
+    url: str = "redis://127.0.0.1:6379/0"
+    # Embedded mode runs tasks in-process (Celery eager); production sets false.
+    eager: bool = True
+    visibility_timeout_seconds: int = Field(default=3600, gt=0)
+
+
+# Dimensions of the embedders we ship; the gateway's is configured.
+EMBEDDER_DIMENSIONS: dict[str, int] = {"e5-small": 384, "use-multilingual": 512}
+GATEWAY_DEFAULT_DIMENSIONS = 1536
+
+
+class EmbeddingSettings(_Section):
+    provider: Literal["e5-small", "use-multilingual", "gateway", "hashing"] = "use-multilingual"
+    # Gateway model name, or the hashing embedder's label.
+    model: str = "text-embedding-3-small"
+    # Only read for the gateway and hashing providers; offline models fix their own.
+    dimensions: int | None = Field(default=None, gt=0)
+    batch_size: int = Field(default=32, gt=0)
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    # None: `<state_dir>/embeddings`.
+    cache_dir: str | None = None
+
+    def label(self) -> str:
+        """How the embedder is named in messages and index names."""
+        if self.provider in ("gateway", "hashing"):
+            return f"{self.provider}:{self.model}"
+        return self.provider
+
+    def native_dimensions(self) -> int:
+        """The dimension the configured embedder produces."""
+        if self.provider in EMBEDDER_DIMENSIONS:
+            return EMBEDDER_DIMENSIONS[self.provider]
+        if self.dimensions is not None:
+            return self.dimensions
+        return GATEWAY_DEFAULT_DIMENSIONS if self.provider == "gateway" else 384
+
+
+class LLMSettings(_Section):
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    # rules: deterministic German extractor (offline default); llm: the gateway.
+    metadata_extractor: Literal["rules", "llm"] = "rules"
+
+
+class FederationSettings(_Section):
+    max_corpora_per_query: int = Field(default=4, gt=0)
+    min_hits_per_corpus: int = Field(default=2, ge=0)
+    min_ratio: float = Field(default=0.25, ge=0, le=1)
+    max_verweis_normen: int = Field(default=3, ge=0)
+    anchors_file: str | None = None
+
+
+class Settings(BaseSettings):
+    """The effective configuration of one process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="KI_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    state_dir: str = DEFAULT_STATE_DIR
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    broker: BrokerSettings = Field(default_factory=BrokerSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    federation: FederationSettings = Field(default_factory=FederationSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        json_file = config_file_path()
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if json_file is not None:
+            sources.append(JsonConfigSettingsSource(settings_cls, json_file=json_file))
+        return tuple(sources)
+
+    @model_validator(mode="after")
+    def _dimensions_match_embedder(self) -> Settings:
+        native = self.embedding.native_dimensions()
+        configured = self.retrieval.embedding_dimensions
+        if configured is not None and configured != native:
+            raise ValueError(
+                f"retrieval.embedding_dimensions is {configured} but the configured embedder "
+                f"{self.embedding.label()} "
+                f"produces {native} dimensions; unset one or make them agree"
+            )
+        return self
+
+    @property
+    def effective_embedding_dimensions(self) -> int:
+        return self.retrieval.embedding_dimensions or self.embedding.native_dimensions()
+
+    @property
+    def database_url(self) -> str:
+        return self.database.url or f"sqlite:///{Path(self.state_dir) / 'ki.db'}"
+
+    @property
+    def embedded_index_path(self) -> Path:
+        return Path(self.search.embedded.path or Path(self.state_dir) / "index")
+
+    @property
+    def embedding_cache_dir(self) -> Path:
+        return Path(self.embedding.cache_dir or Path(self.state_dir) / "embeddings")
+
+
+def config_file_path() -> Path | None:
+    """`$KI_CONFIG_FILE` if set (it must exist), else `./config.json` when present."""
+    named = os.environ.get(CONFIG_FILE_ENV)
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigError(f"{CONFIG_FILE_ENV} names {named!r}, which is not a file")
+        return path
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.is_file() else None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings or raise ConfigError naming every bad key."""
+    try:
+        _check_json_file(config_file_path())
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+
+
+def _check_json_file(path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem: `key: what was expected (got value)`."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        key = ".".join(str(part) for part in error["loc"]) or "(settings)"
+        got = error.get("input")
+        shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+        lines.append(f"{key}: {error['msg']}{shown}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def masked_dump(settings: Settings) -> dict[str, Any]:
+    """The effective configuration as plain data with every secret masked."""
+    data = settings.model_dump(mode="json")
+    data["database"]["url"] = mask_url_password(settings.database_url)
+    for section in ("embedding", "llm"):
+        if data[section].get("api_key"):
+            data[section]["api_key"] = "********"
+    if data["search"]["opensearch"].get("password"):
+        data["search"]["opensearch"]["password"] = "********"
+    data["broker"]["url"] = mask_url_password(settings.broker.url)
+    data["retrieval"]["embedding_dimensions"] = settings.effective_embedding_dimensions
+    return data
+
+
+def mask_url_password(url: str) -> str:
+    """postgresql://user:secret@host -> postgresql://user:********@host."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    if ":" not in credentials:
+        return url
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:********@{host}"
+
+
+@cache
+def get_settings() -> Settings:
+    """The process-wide settings, loaded once."""
+    return load_settings()
+
+

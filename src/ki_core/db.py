@@ -1,0 +1,54 @@
+"""Engines and sessions for PostgreSQL (psycopg 3) and SQLite (the embedded default)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from ki_core.config import Settings
+
+
+def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
+    """An engine with the per-dialect settings we rely on.
+
+    SQLite gets foreign keys on (cascades and RESTRICT are part of the model),
+    WAL so readers do not block the single writer, and a busy timeout.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, echo=echo, connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, echo=echo, pool_size=pool_size, pool_pre_ping=True)
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def engine_from_settings(settings: Settings) -> Engine:
+    return make_engine(
+        settings.database_url, echo=settings.database.echo, pool_size=settings.database.pool_size
+    )
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session that commits on success and rolls back on any exception."""
+    with factory() as session, session.begin():
+        yield session

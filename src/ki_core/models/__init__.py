@@ -1,0 +1,54 @@
+"""The ORM, one module per aggregate; importing this package registers every table."""
+
+from ki_core.models.access import AccessGeneration, Grant, GrantEffect, GrantScope, GroupMembership
+from ki_core.models.base import Base, new_id
+from ki_core.models.corpora import Corpus, CorpusKind
+from ki_core.models.documents import (
+    Chunk,
+    ChunkKind,
+    Document,
+    DocumentVersion,
+    Matter,
+    ProcessingState,
+    Project,
+    VersionStatus,
+)
+from ki_core.models.events import EventStatus, IngestEvent, MetadataArtifact
+from ki_core.models.graph import DecisionEvidence, DecisionRecord, Relation, RelationKind
+from ki_core.models.ontology import OntologyClosure, OntologyKind, OntologyNode
+from ki_core.models.sources import ObservationState, Source, SourceKind, SourceObject, SourceObservation
+
+__all__ = [
+    "AccessGeneration",
+    "Base",
+    "Chunk",
+    "ChunkKind",
+    "Corpus",
+    "CorpusKind",
+    "DecisionEvidence",
+    "DecisionRecord",
+    "Document",
+    "DocumentVersion",
+    "EventStatus",
+    "Grant",
+    "GrantEffect",
+    "GrantScope",
+    "GroupMembership",
+    "IngestEvent",
+    "Matter",
+    "MetadataArtifact",
+    "ObservationState",
+    "OntologyClosure",
+    "OntologyKind",
+    "OntologyNode",
+    "ProcessingState",
+    "Project",
+    "Relation",
+    "RelationKind",
+    "Source",
+    "SourceKind",
+    "SourceObject",
+    "SourceObservation",
+    "VersionStatus",
+    "new_id",
+]

@@ -1,0 +1,109 @@
+"""Grants, mirrored group memberships and the access generation counter.
+
+Principals are stored normalized and alias-mapped at write time, so visibility
+checks compare with plain equality (spec/access.md, Principals 4).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, Integer, String, func, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ki_core.models.base import Base, created_at_column, enum_column, id_column
+
+
+class GrantScope(enum.StrEnum):
+    PROJECT = "project"
+    DOCUMENT = "document"
+    SOURCE_OBJECT = "source_object"
+
+
+class GrantEffect(enum.StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+class Grant(Base):
+    __tablename__ = "grants"
+    __table_args__ = (
+        # Exactly one target, and it is the one the scope names.
+        CheckConstraint(
+            "(scope = 'project' AND project_id IS NOT NULL AND document_id IS NULL"
+            " AND source_object_id IS NULL)"
+            " OR (scope = 'document' AND document_id IS NOT NULL AND project_id IS NULL"
+            " AND source_object_id IS NULL)"
+            " OR (scope = 'source_object' AND source_object_id IS NOT NULL"
+            " AND project_id IS NULL AND document_id IS NULL)",
+            name="one_target_matching_scope",
+        ),
+        CheckConstraint("length(principal) > 0", name="principal_not_empty"),
+        Index("ix_grants_principal_effect", "principal", "effect"),
+        # NULLs are distinct in unique indexes on both databases: key on the one target.
+        Index(
+            "uq_grants_target_principal_effect",
+            "scope",
+            func.coalesce(text("project_id"), text("document_id"), text("source_object_id")),
+            "principal",
+            "effect",
+            unique=True,
+        ),
+    )
+
+    id: Mapped[str] = id_column()
+    scope: Mapped[GrantScope] = enum_column(GrantScope)
+    project_id: Mapped[str | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    document_id: Mapped[str | None] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), index=True
+    )
+    source_object_id: Mapped[str | None] = mapped_column(
+        ForeignKey("source_objects.id", ondelete="CASCADE"), index=True
+    )
+    effect: Mapped[GrantEffect] = enum_column(GrantEffect)
+    principal: Mapped[str] = mapped_column(String(300))
+    # "local" for grants made here, else the name of the source that mirrored it.
+    origin: Mapped[str] = mapped_column(String(200), default="local")
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class GroupMembership(Base):
+    """`member_principal` belongs to `group_principal`, as a source told us."""
+
+    __tablename__ = "group_memberships"
+    __table_args__ = (
+        Index(
+            "uq_group_memberships_source_group_member",
+            "source_id",
+            "group_principal",
+            "member_principal",
+            unique=True,
+        ),
+        Index("ix_group_memberships_member", "member_principal"),
+        CheckConstraint(
+            "length(group_principal) > 0 AND length(member_principal) > 0",
+            name="principals_not_empty",
+        ),
+    )
+
+    id: Mapped[str] = id_column()
+    source_id: Mapped[str] = mapped_column(ForeignKey("sources.id", ondelete="CASCADE"))
+    group_principal: Mapped[str] = mapped_column(String(300))
+    member_principal: Mapped[str] = mapped_column(String(300))
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class AccessGeneration(Base):
+    """A single-row counter bumped by every change that can alter visibility.
+
+    Scope caches key on it, so a revocation is visible in the very next search.
+    """
+
+    __tablename__ = "access_generation"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, default=1)
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)

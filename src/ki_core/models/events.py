@@ -1,0 +1,63 @@
+"""The durable inbox of source events and the metadata stage's artifacts."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ki_core.models.base import Base, created_at_column, enum_column, id_column, utcnow
+
+
+class EventStatus(enum.StrEnum):
+    RECEIVED = "received"  # committed, not yet handed to the broker
+    QUEUED = "queued"
+    PROCESSING = "processing"
+    DONE = "done"
+    FAILED = "failed"  # transient failures exhausted their retries; re-drivable
+    PARKED = "parked"  # permanent error (schema, unreadable content); kept for an operator
+
+
+class IngestEvent(Base):
+    """Every accepted event is a row before it is acknowledged; the sweep re-drives it."""
+
+    __tablename__ = "ingest_events"
+    __table_args__ = (
+        UniqueConstraint("source_id", "event_id"),
+        Index("ix_ingest_events_status_received", "status", "received_at"),
+    )
+
+    id: Mapped[str] = id_column()
+    source_id: Mapped[str] = mapped_column(ForeignKey("sources.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(String(300))
+    event_type: Mapped[str] = mapped_column(String(100))
+    schema_version: Mapped[int] = mapped_column(Integer, default=1)
+    payload: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[EventStatus] = enum_column(EventStatus, default=EventStatus.RECEIVED)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class MetadataArtifact(Base):
+    """Output of the metadata stage for one version: by a model or by the rules."""
+
+    __tablename__ = "metadata_artifacts"
+    __table_args__ = (UniqueConstraint("version_id", "kind", "producer"),)
+
+    id: Mapped[str] = id_column()
+    version_id: Mapped[str] = mapped_column(
+        ForeignKey("document_versions.id", ondelete="CASCADE"), index=True
+    )
+    # e.g. "metadata", "notable_clauses"
+    kind: Mapped[str] = mapped_column(String(100))
+    # "rules:<version>" or "llm:<model>"
+    producer: Mapped[str] = mapped_column(String(200))
+    payload: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = created_at_column()
