@@ -1,0 +1,203 @@
+"""Typed inputs and outputs of the search index, shared by both backends and the query side.
+
+No backend's wire format leaks past this module: callers speak in ScopeFilter,
+SearchFilters, IndexChunk and LegHit; each backend translates them.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import date
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Ranked paging re-ranks the whole window, so a deeper window is refused (spec: _MAX_RANKED_WINDOW).
+MAX_RANKED_WINDOW = 500
+# Per-leg ceiling: clears the deepest window a caller may ask for after collapse and re-verify.
+MAX_LEG_SIZE = 2500
+
+
+def oversampled_window(n: int) -> int:
+    """Hits each leg asks for when the caller wants n = offset + limit results."""
+    return min(max(n * 5, 50), MAX_LEG_SIZE)
+
+
+class Leg(enum.StrEnum):
+    LEXICAL = "lexical"
+    SEMANTIC = "semantic"
+    IDENTIFIER = "identifier"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ScopeFilter(_Frozen):
+    """The compiled access scope in its compact form.
+
+    A chunk is admitted when its project is in `project_ids` and its document
+    is not in `excluded_document_ids`, or when its document is in
+    `document_ids`. Fully visible projects cost one term each; a partly
+    visible project lists its visible documents or its invisible ones,
+    whichever is fewer. `match_none` admits nothing: an empty scope is never
+    an unfiltered query.
+    """
+
+    match_none: bool = False
+    project_ids: frozenset[str] = frozenset()
+    excluded_document_ids: frozenset[str] = frozenset()
+    document_ids: frozenset[str] = frozenset()
+
+    @model_validator(mode="after")
+    def _empty_means_match_none(self) -> ScopeFilter:
+        if not self.project_ids and not self.document_ids and not self.match_none:
+            object.__setattr__(self, "match_none", True)
+        return self
+
+    @classmethod
+    def nothing(cls) -> ScopeFilter:
+        return cls(match_none=True)
+
+    def admits(self, project_id: str, document_id: str) -> bool:
+        if self.match_none:
+            return False
+        if document_id in self.document_ids:
+            return True
+        return project_id in self.project_ids and document_id not in self.excluded_document_ids
+
+    @property
+    def term_count(self) -> int:
+        """Number of ids the filter carries (what OpenSearch's max_terms_count limits)."""
+        return len(self.project_ids) + len(self.excluded_document_ids) + len(self.document_ids)
+
+
+class SearchFilters(_Frozen):
+    """Metadata filters of the spec, appended to the same strict filter as the scope."""
+
+    project_id: str | None = None
+    matter_id: str | None = None
+    # Subtree semantics: matched against doc_type_ancestors.
+    doc_type: str | None = None
+    version_status: str | None = None
+    language: str | None = None
+    date_from: date | None = None
+    date_to: date | None = None
+    clause_type: str | None = None
+    chunk_kind: str | None = None
+
+    @model_validator(mode="after")
+    def _date_range_in_order(self) -> SearchFilters:
+        if self.date_from and self.date_to and self.date_from > self.date_to:
+            raise ValueError(f"date_from {self.date_from} is after date_to {self.date_to}")
+        return self
+
+
+class IndexChunk(_Frozen):
+    """One document of the chunk index: every field of the spec's field table."""
+
+    chunk_id: int
+    text: str
+    embedding: tuple[float, ...]
+    project_id: str
+    document_id: str
+    document_version_id: str
+    matter_id: str | None = None
+    doc_type: str | None = None
+    doc_type_ancestors: tuple[str, ...] = ()
+    version_status: str = "unknown"
+    language: str | None = None
+    doc_date: date | None = None
+    chunk_kind: str = "chunk"
+    clause_type: str | None = None
+    identifiers: tuple[str, ...] = ()
+    allowed_principals: tuple[str, ...] = ()
+    denied_principals: tuple[str, ...] = ()
+    access_version: int = 0
+    # Not indexed: source_object_id, kind, and for clause rows locus and clause_type.
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def identifiers_text(self) -> str:
+        return " ".join(self.identifiers)
+
+
+class AccessProjection(_Frozen):
+    """The access-only fields of every chunk of one version, updated without re-embedding."""
+
+    document_version_id: str
+    chunk_ids: tuple[int, ...]
+    allowed_principals: tuple[str, ...]
+    denied_principals: tuple[str, ...]
+    access_version: int
+
+
+class MultiSearchRequest(_Frozen):
+    """The three ranked legs under one strict filter, sent in one round-trip."""
+
+    query_text: str
+    query_vector: tuple[float, ...] | None
+    scope: ScopeFilter
+    filters: SearchFilters = SearchFilters()
+    # Per-leg size; callers use oversampled_window(offset + limit).
+    size: int = Field(gt=0, le=MAX_LEG_SIZE)
+
+    def legs_to_send(self) -> list[Leg]:
+        """Legs that can match: none of the text legs under match_none, no identifier leg for blank text."""
+        legs = [Leg.SEMANTIC] if self.query_vector is not None else []
+        if self.scope.match_none:
+            return legs
+        if self.query_text.strip():
+            return [Leg.LEXICAL, *legs, Leg.IDENTIFIER]
+        return legs
+
+
+class LegHit(_Frozen):
+    """A ranked hit as read from the index, enough for fusion and boost without SQL."""
+
+    chunk_id: int
+    document_id: str
+    document_version_id: str
+    project_id: str
+    version_status: str
+    chunk_kind: str
+    identifiers: tuple[str, ...] = ()
+    score: float
+    rank: int
+
+
+class MultiSearchResult(_Frozen):
+    legs: dict[Leg, tuple[LegHit, ...]]
+
+    def hits(self, leg: Leg) -> tuple[LegHit, ...]:
+        return self.legs.get(leg, ())
+
+
+class FilterHit(_Frozen):
+    """A hit of the filter-only search (no ranking; doc_date descending)."""
+
+    chunk_id: int
+    document_id: str
+    document_version_id: str
+    project_id: str
+    version_status: str
+    chunk_kind: str
+    doc_date: date | None = None
+
+
+class BulkFailure(RuntimeError):
+    """Some items of a bulk write failed; nothing degrades silently."""
+
+    def __init__(self, failed: dict[int, str]):
+        self.failed = failed
+        shown = ", ".join(f"{cid}: {reason}" for cid, reason in list(failed.items())[:10])
+        more = f" (+{len(failed) - 10} more)" if len(failed) > 10 else ""
+        super().__init__(f"bulk write failed for {len(failed)} chunk(s): {shown}{more}")
+
+
+class IndexDimensionMismatch(RuntimeError):
+    """The live index holds vectors of another dimension than the configured embedder."""
+
+
+class SearchBackendError(RuntimeError):
+    """The index is unreachable or a leg failed; a search never degrades silently."""
