@@ -1,0 +1,455 @@
+"""Turn the bytes of a stored file into normalized plain text.
+
+One converter per format; all of them end in `normalize_text`, so every
+version's text has NFC, `\\n` line ends, single spaces and at most one blank
+line in a row: block boundaries are blank lines, line breaks single newlines,
+which is what the chunker cuts at. Anything we cannot read raises
+`ConversionError` with a one-line reason that is recorded on the version row.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import io
+import re
+import unicodedata
+import warnings
+import zipfile
+from collections.abc import Callable
+from email.message import EmailMessage
+from pathlib import PurePosixPath
+
+from pydantic import BaseModel
+
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+
+MEDIA_PDF = "application/pdf"
+MEDIA_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+MEDIA_HTML = "text/html"
+MEDIA_EML = "message/rfc822"
+MEDIA_MSG = "application/vnd.ms-outlook"
+MEDIA_TEXT = "text/plain"
+MEDIA_MARKDOWN = "text/markdown"
+
+_MEDIA_BY_TYPE = {
+    MEDIA_PDF: MEDIA_PDF,
+    MEDIA_DOCX: MEDIA_DOCX,
+    MEDIA_HTML: MEDIA_HTML,
+    "application/xhtml+xml": MEDIA_HTML,
+    MEDIA_EML: MEDIA_EML,
+    MEDIA_MSG: MEDIA_MSG,
+    "application/x-msg": MEDIA_MSG,
+    MEDIA_TEXT: MEDIA_TEXT,
+    MEDIA_MARKDOWN: MEDIA_MARKDOWN,
+    "text/x-markdown": MEDIA_MARKDOWN,
+}
+_MEDIA_BY_SUFFIX = {
+    ".pdf": MEDIA_PDF,
+    ".docx": MEDIA_DOCX,
+    ".html": MEDIA_HTML,
+    ".htm": MEDIA_HTML,
+    ".xhtml": MEDIA_HTML,
+    ".eml": MEDIA_EML,
+    ".msg": MEDIA_MSG,
+    ".txt": MEDIA_TEXT,
+    ".text": MEDIA_TEXT,
+    ".md": MEDIA_MARKDOWN,
+    ".markdown": MEDIA_MARKDOWN,
+}
+
+
+class ConversionError(Exception):
+    """The file cannot be turned into text; permanent, recorded on the version."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ConvertedText(BaseModel):
+    text: str
+    media_type: str
+    title: str | None = None
+    # Primary language subtag the file declares ("de"), not a detection.
+    language: str | None = None
+    converter: str
+
+
+def convert(
+    data: bytes,
+    *,
+    filename: str,
+    media_type: str | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ConvertedText:
+    """Text of `data`, chosen by `media_type` when it names a format we read, else by suffix."""
+    if len(data) > max_bytes:
+        raise ConversionError(f"file too large: {len(data)} bytes, limit {max_bytes}")
+    if not data:
+        raise ConversionError("empty file")
+    kind = resolve_media_type(filename, media_type)
+    converter = _CONVERTERS[kind]
+    try:
+        result = converter(data)
+    except ConversionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - parsers raise anything on broken input
+        raise ConversionError(f"unreadable {_FORMAT_NAMES[kind]}: {_one_line(exc)}") from exc
+    text = normalize_text(result.text)
+    if not text:
+        raise ConversionError(f"no text in {_FORMAT_NAMES[kind]}{_EMPTY_HINTS.get(kind, '')}")
+    title = normalize_text(result.title).replace("\n", " ") if result.title else None
+    return result.model_copy(update={"text": text, "title": title or None})
+
+
+def resolve_media_type(filename: str, media_type: str | None) -> str:
+    declared = (media_type or "").split(";")[0].strip().lower()
+    if declared in _MEDIA_BY_TYPE:
+        return _MEDIA_BY_TYPE[declared]
+    suffix = PurePosixPath(filename.replace("\\", "/")).suffix.lower()
+    if suffix in _MEDIA_BY_SUFFIX:
+        return _MEDIA_BY_SUFFIX[suffix]
+    if suffix:
+        raise ConversionError(f"unsupported file type {suffix}")
+    shown = f" ({declared})" if declared else ""
+    raise ConversionError(f"unsupported file type: no file name suffix{shown}")
+
+
+# ------------------------------------------------------------------ normalize
+
+_DROPPED_CHARS = dict.fromkeys(
+    [*range(0x00, 0x09), 0x0B, *range(0x0E, 0x20), 0x7F, 0x00AD, 0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF]
+)
+_LINE_BREAKS = re.compile(r"\r\n|[\r\x0c\u2028\u2029\x85]")
+_HORIZONTAL_SPACE = re.compile(r"[^\S\n]+")
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+def normalize_text(text: str) -> str:
+    """NFC, `\\n` only, single spaces, no blank line runs; soft hyphens and controls dropped."""
+    text = unicodedata.normalize("NFC", text)
+    text = _LINE_BREAKS.sub("\n", text).translate(_DROPPED_CHARS)
+    text = _HORIZONTAL_SPACE.sub(" ", text)
+    text = "\n".join(line.strip() for line in text.split("\n"))
+    return _BLANK_RUNS.sub("\n\n", text).strip()
+
+
+def decode_text(data: bytes) -> str:
+    """UTF-8 (BOM or not), UTF-16 with BOM, else cp1252, the German Windows default.
+
+    A statistical detector guesses wrong on short German files (cp1250, mac_roman);
+    cp1252 is what the firm's non-UTF-8 files actually are. latin-1 catches the
+    five bytes cp1252 leaves undefined.
+    """
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    if b"\x00" in data:
+        raise ConversionError("binary content, not text (NUL bytes, no UTF-16 byte order mark)")
+    try:
+        return data.decode("cp1252")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _language_tag(value: object) -> str | None:
+    """"de-DE" -> "de"; anything that is not a language tag -> None."""
+    match = re.match(r"\s*([A-Za-z]{2,3})(?:[-_][A-Za-z0-9]+)*\s*$", str(value or ""))
+    return match.group(1).lower() if match else None
+
+
+def _one_line(exc: BaseException) -> str:
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}"[:300] if message else type(exc).__name__
+
+
+# ------------------------------------------------------------------------ PDF
+
+
+def _convert_pdf(data: bytes) -> ConvertedText:
+    from pypdf import PdfReader
+
+    if not data.lstrip()[:5] == b"%PDF-":
+        raise ConversionError("not a PDF file (no %PDF- header)")
+    reader = PdfReader(io.BytesIO(data))
+    if reader.is_encrypted and not _opens_without_password(reader):
+        raise ConversionError("encrypted PDF (password required)")
+    pages = [page.extract_text() or "" for page in reader.pages]
+    metadata = reader.metadata
+    root = reader.trailer["/Root"]
+    return ConvertedText(
+        text="\n\n".join(pages),
+        media_type=MEDIA_PDF,
+        title=str(metadata.title) if metadata is not None and metadata.title else None,
+        language=_language_tag(root.get("/Lang")),
+        converter="pypdf",
+    )
+
+
+def _opens_without_password(reader) -> bool:
+    """Owner-password-only PDFs (print/copy restrictions) open with the empty user password."""
+    from pypdf import PasswordType
+
+    return reader.decrypt("") != PasswordType.NOT_DECRYPTED
+
+
+# ----------------------------------------------------------------------- DOCX
+
+
+def _convert_docx(data: bytes) -> ConvertedText:
+    import docx
+    from docx.oxml.ns import qn
+
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise ConversionError("not a DOCX (zip) file")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        if "word/document.xml" not in archive.namelist():
+            raise ConversionError("not a DOCX file (zip without word/document.xml)")
+    document = docx.Document(io.BytesIO(data))
+    blocks = _docx_blocks(document)
+    properties = document.core_properties
+    default_lang = document.styles.element.find(f"{qn('w:docDefaults')}/{qn('w:rPrDefault')}/{qn('w:rPr')}/{qn('w:lang')}")
+    language = properties.language or (default_lang.get(qn("w:val")) if default_lang is not None else None)
+    return ConvertedText(
+        text="\n\n".join(blocks),
+        media_type=MEDIA_DOCX,
+        title=properties.title or None,
+        language=_language_tag(language),
+        converter="python-docx",
+    )
+
+
+def _docx_blocks(container) -> list[str]:
+    """Paragraphs and tables in body order; a table row is one line, cells joined by " | "."""
+    from docx.table import Table
+
+    blocks = []
+    for item in container.iter_inner_content():
+        if isinstance(item, Table):
+            blocks.append("\n".join(_docx_rows(item)))
+        else:
+            blocks.append(item.text)
+    return blocks
+
+
+def _docx_rows(table) -> list[str]:
+    rows = []
+    for row in table.rows:
+        cells, seen = [], set()
+        for cell in row.cells:
+            # A merged cell is returned once per grid column it spans.
+            if id(cell._tc) in seen:
+                continue
+            seen.add(id(cell._tc))
+            cells.append(" ".join(" ".join(_docx_blocks(cell)).split()))
+        rows.append(" | ".join(cells))
+    return rows
+
+
+# ----------------------------------------------------------------------- HTML
+
+_HTML_DROPPED = {"script", "style", "noscript", "template", "head", "svg", "iframe", "object", "canvas"}
+_HTML_BLOCKS = {
+    "address", "article", "aside", "blockquote", "body", "caption", "dd", "details", "div", "dl", "dt",
+    "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
+    "hr", "li", "main", "nav", "ol", "p", "section", "summary", "table", "ul",
+}  # fmt: skip
+
+
+def _convert_html(data: bytes) -> ConvertedText:
+    soup = _parse_html(data)
+    title_tag = soup.find("title")
+    html_tag = soup.find("html")
+    language = html_tag.get("lang") if html_tag is not None else None
+    if not language:
+        meta = soup.find("meta", attrs={"http-equiv": re.compile("^content-language$", re.I)})
+        language = meta.get("content") if meta is not None else None
+    parts: list[str] = []
+    _html_text(soup, parts)
+    return ConvertedText(
+        text="".join(parts),
+        media_type=MEDIA_HTML,
+        title=title_tag.get_text() if title_tag is not None else None,
+        language=_language_tag(language),
+        converter="beautifulsoup4",
+    )
+
+
+def _parse_html(data: bytes | str):
+    from bs4 import BeautifulSoup, MarkupResemblesLocatorWarning, XMLParsedAsHTMLWarning
+
+    with warnings.catch_warnings():
+        # Advice about the input (looks like a URL, looks like XML), not a failure.
+        warnings.simplefilter("ignore", MarkupResemblesLocatorWarning)
+        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+        return BeautifulSoup(data, "html.parser")
+
+
+def _html_text(node, parts: list[str]) -> None:
+    """Collapse source whitespace like a browser; blocks become blank lines, <br> a newline."""
+    from bs4 import NavigableString, Tag
+    from bs4.element import PreformattedString
+
+    for child in node.children:
+        if isinstance(child, PreformattedString):  # comments, doctype, CDATA
+            continue
+        if isinstance(child, NavigableString):
+            parts.append(re.sub(r"\s+", " ", str(child)))
+        elif isinstance(child, Tag):
+            _html_tag_text(child, parts)
+
+
+def _html_tag_text(tag, parts: list[str]) -> None:
+    name = tag.name.lower()
+    if name in _HTML_DROPPED:
+        return
+    if name == "br":
+        parts.append("\n")
+    elif name == "pre":
+        parts.append(f"\n\n{tag.get_text()}\n\n")
+    elif name == "tr":
+        parts.append(f"\n{_html_row(tag)}\n")
+    else:
+        block = name in _HTML_BLOCKS
+        parts.append("\n\n" if block else "")
+        _html_text(tag, parts)
+        parts.append("\n\n" if block else "")
+
+
+def _html_row(row) -> str:
+    cells = []
+    for cell in row.find_all(["td", "th"], recursive=False):
+        parts: list[str] = []
+        _html_text(cell, parts)
+        cells.append(" ".join("".join(parts).split()))
+    return " | ".join(cells)
+
+
+# ------------------------------------------------------------------------ EML
+
+_HEADER_FIELDS = ("From", "To", "Cc", "Date", "Subject")
+
+
+def _convert_eml(data: bytes) -> ConvertedText:
+    message = email.message_from_bytes(data, policy=email.policy.default)
+    if not any(message[field] for field in ("From", "To", "Date", "Subject")):
+        raise ConversionError("not an e-mail (no From, To, Date or Subject header)")
+    headers = [(field, str(message[field])) for field in _HEADER_FIELDS if message[field]]
+    body = _eml_body(message)
+    subject = str(message["Subject"]) if message["Subject"] else None
+    return ConvertedText(
+        text=_mail_text(headers, body),
+        media_type=MEDIA_EML,
+        title=subject,
+        language=_language_tag(message["Content-Language"]),
+        converter="email",
+    )
+
+
+def _eml_body(message: EmailMessage) -> str:
+    plain = message.get_body(preferencelist=("plain",))
+    if plain is not None:
+        return _part_text(plain)
+    html = message.get_body(preferencelist=("html",))
+    return _html_to_text(_part_text(html)) if html is not None else ""
+
+
+def _part_text(part: EmailMessage) -> str:
+    try:
+        return part.get_content()
+    except (LookupError, UnicodeError):
+        # Unknown or lying charset header: decode the raw bytes ourselves.
+        return decode_text(part.get_payload(decode=True) or b"")
+
+
+def _html_to_text(html: str) -> str:
+    parts: list[str] = []
+    _html_text(_parse_html(html), parts)
+    return "".join(parts)
+
+
+def _mail_text(headers: list[tuple[str, str]], body: str) -> str:
+    """A header block, a blank line, the body: the header lines are searchable text too."""
+    block = "\n".join(f"{field}: {' '.join(value.split())}" for field, value in headers)
+    return f"{block}\n\n{body}"
+
+
+# ------------------------------------------------------------------------ MSG
+
+
+def _convert_msg(data: bytes) -> ConvertedText:
+    import extract_msg
+    import olefile
+
+    if not olefile.isOleFile(data=data):
+        raise ConversionError("not an Outlook MSG (OLE compound) file")
+    message = extract_msg.openMsg(data)
+    try:
+        if not isinstance(message, extract_msg.msg_classes.MessageBase):
+            raise ConversionError(f"MSG file holds no e-mail ({type(message).__name__})")
+        return _msg_text(message)
+    finally:
+        message.close()
+
+
+def _msg_text(message) -> ConvertedText:
+    values = {
+        "From": message.sender,
+        "To": message.to,
+        "Cc": message.cc,
+        "Date": message.date.strftime("%a, %d %b %Y %H:%M:%S %z").strip() if message.date else None,
+        "Subject": message.subject,
+    }
+    headers = [(field, str(value)) for field, value in values.items() if value]
+    body = message.body
+    if not (body and body.strip()) and message.htmlBody:
+        body = _html_to_text(message.htmlBody)
+    return ConvertedText(
+        text=_mail_text(headers, body or ""),
+        media_type=MEDIA_MSG,
+        title=message.subject or None,
+        converter="extract-msg",
+    )
+
+
+# ----------------------------------------------------------------- plain text
+
+
+def _convert_text(data: bytes) -> ConvertedText:
+    return ConvertedText(text=decode_text(data), media_type=MEDIA_TEXT, converter="text")
+
+
+def _convert_markdown(data: bytes) -> ConvertedText:
+    text = decode_text(data)
+    heading = re.search(r"^#[ \t]+(.+?)[ \t#]*$", text, re.MULTILINE)
+    return ConvertedText(
+        text=text,
+        media_type=MEDIA_MARKDOWN,
+        title=heading.group(1) if heading else None,
+        converter="text",
+    )
+
+
+_CONVERTERS: dict[str, Callable[[bytes], ConvertedText]] = {
+    MEDIA_PDF: _convert_pdf,
+    MEDIA_DOCX: _convert_docx,
+    MEDIA_HTML: _convert_html,
+    MEDIA_EML: _convert_eml,
+    MEDIA_MSG: _convert_msg,
+    MEDIA_TEXT: _convert_text,
+    MEDIA_MARKDOWN: _convert_markdown,
+}
+_FORMAT_NAMES = {
+    MEDIA_PDF: "PDF",
+    MEDIA_DOCX: "DOCX",
+    MEDIA_HTML: "HTML",
+    MEDIA_EML: "e-mail",
+    MEDIA_MSG: "Outlook MSG",
+    MEDIA_TEXT: "text file",
+    MEDIA_MARKDOWN: "Markdown file",
+}
+_EMPTY_HINTS = {MEDIA_PDF: " (scanned without a text layer?)"}

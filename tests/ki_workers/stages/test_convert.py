@@ -1,0 +1,381 @@
+"""Conversion of real files the tests generate: text, title, language, and precise failures."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from email.message import EmailMessage
+
+import pytest
+
+from ki_workers.stages.convert import (
+    MEDIA_DOCX,
+    MEDIA_EML,
+    MEDIA_HTML,
+    MEDIA_MARKDOWN,
+    MEDIA_MSG,
+    MEDIA_PDF,
+    MEDIA_TEXT,
+    ConversionError,
+    convert,
+    normalize_text,
+)
+
+UMLAUT_LINE = "§ 5 Kündigung – Größe der Räume, Übergabe"
+
+
+# ------------------------------------------------------------------ builders
+
+
+def make_pdf(pages: list[list[str]], *, title: str | None = None) -> bytes:
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer)
+    if title:
+        pdf.setTitle(title)
+    for lines in pages:
+        for number, line in enumerate(lines):
+            pdf.drawString(72, 760 - 18 * number, line)
+        pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
+def encrypt_pdf(data: bytes, *, user_password: str, owner_password: str) -> bytes:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
+    writer.encrypt(user_password, owner_password=owner_password, algorithm="AES-256")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def make_docx() -> bytes:
+    import docx
+
+    document = docx.Document()
+    document.core_properties.title = "Arbeitsvertrag Jürgen Weiß"
+    document.core_properties.language = "de-DE"
+    document.add_heading("Arbeitsvertrag", level=1)
+    document.add_paragraph(UMLAUT_LINE)
+    document.add_paragraph("Die Kündigungsfrist beträgt drei Monate.")
+    table = document.add_table(rows=2, cols=2)
+    table.cell(0, 0).text = "Vergütung"
+    table.cell(0, 1).text = "4.500 € brutto"
+    table.cell(1, 0).text = "Urlaub"
+    table.cell(1, 1).text = "30 Tage"
+    document.add_paragraph("Ort, Datum: München, 12.03.2020")
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def make_eml(*, html_only: bool = False) -> bytes:
+    message = EmailMessage()
+    message["From"] = "Jörg Müller <mueller@kanzlei.example>"
+    message["To"] = "Bärbel Schröder <schroeder@mandant.example>"
+    message["Date"] = "Thu, 12 Mar 2020 10:15:00 +0100"
+    message["Subject"] = "Kündigung des Mietvertrags – Frist"
+    body = "Sehr geehrte Frau Schröder,\n\ndie Kündigungsfrist läuft am 30.06.2020 ab.\n\nMit freundlichen Grüßen"
+    if html_only:
+        message.set_content(
+            "<html><body><p>Sehr geehrte Frau Schröder,</p><p>die Frist läuft ab.</p>"
+            "<script>alert(1)</script></body></html>",
+            subtype="html",
+        )
+    else:
+        message.set_content(body)
+        message.add_alternative("<p>HTML-Fassung</p>", subtype="html")
+    message.add_attachment(b"%PDF-1.4", maintype="application", subtype="pdf", filename="anlage.pdf")
+    message["Content-Language"] = "de-DE"  # after set_content, which clears Content-* headers
+    return message.as_bytes()
+
+
+# ---------------------------------------------------------------------- PDF
+
+
+def test_pdf_text_title_and_umlauts_survive() -> None:
+    data = make_pdf([[UMLAUT_LINE, "Straße 12, 80331 München"], ["Seite zwei"]], title="Mietvertrag Müller")
+
+    result = convert(data, filename="Mietvertrag.pdf")
+
+    assert result.media_type == MEDIA_PDF
+    assert result.converter == "pypdf"
+    assert result.title == "Mietvertrag Müller"
+    assert result.text == f"{UMLAUT_LINE}\nStraße 12, 80331 München\n\nSeite zwei"
+
+
+def test_pdf_with_only_an_owner_password_is_read() -> None:
+    data = encrypt_pdf(make_pdf([["Vertraulich: Übergabeprotokoll"]]), user_password="", owner_password="kanzlei")
+
+    assert convert(data, filename="x.pdf").text == "Vertraulich: Übergabeprotokoll"
+
+
+def test_pdf_that_needs_a_password_is_an_encrypted_pdf() -> None:
+    data = encrypt_pdf(make_pdf([["geheim"]]), user_password="geheim", owner_password="kanzlei")
+
+    with pytest.raises(ConversionError, match=r"^encrypted PDF"):
+        convert(data, filename="x.pdf")
+
+
+def test_pdf_without_text_layer_says_so() -> None:
+    with pytest.raises(ConversionError, match=r"^no text in PDF \(scanned"):
+        convert(make_pdf([[]]), filename="scan.pdf")
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"Dies ist kein PDF", r"^not a PDF file \(no %PDF- header\)$"),
+        (b"%PDF-1.7\n1 0 obj << /Type /Catalog", r"^unreadable PDF: \w+"),
+    ],
+)
+def test_corrupt_pdf_raises_with_reason(data: bytes, reason: str) -> None:
+    with pytest.raises(ConversionError, match=reason):
+        convert(data, filename="kaputt.pdf")
+
+
+def test_truncated_pdf_raises() -> None:
+    data = make_pdf([["Text"]])
+
+    with pytest.raises(ConversionError, match=r"^unreadable PDF: "):
+        convert(data[: len(data) // 3], filename="kaputt.pdf")
+
+
+# --------------------------------------------------------------------- DOCX
+
+
+def test_docx_keeps_paragraph_breaks_and_table_cells_in_order() -> None:
+    result = convert(make_docx(), filename="vertrag.docx")
+
+    assert result.media_type == MEDIA_DOCX
+    assert result.title == "Arbeitsvertrag Jürgen Weiß"
+    assert result.language == "de"
+    assert result.text == (
+        "Arbeitsvertrag\n\n"
+        f"{UMLAUT_LINE}\n\n"
+        "Die Kündigungsfrist beträgt drei Monate.\n\n"
+        "Vergütung | 4.500 € brutto\nUrlaub | 30 Tage\n\n"
+        "Ort, Datum: München, 12.03.2020"
+    )
+
+
+def test_docx_merged_cell_appears_once() -> None:
+    import docx
+
+    document = docx.Document()
+    table = document.add_table(rows=1, cols=3)
+    merged = table.cell(0, 0).merge(table.cell(0, 1))
+    merged.text = "Parteien"
+    table.cell(0, 2).text = "Vermieter und Mieter"
+    out = io.BytesIO()
+    document.save(out)
+
+    assert convert(out.getvalue(), filename="t.docx").text == "Parteien | Vermieter und Mieter"
+
+
+def test_non_zip_docx_is_rejected() -> None:
+    with pytest.raises(ConversionError, match=r"^not a DOCX \(zip\) file$"):
+        convert(b"PK but not really a zip", filename="vertrag.docx")
+
+
+def test_zip_without_word_document_is_rejected() -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("readme.txt", "hallo")
+
+    with pytest.raises(ConversionError, match=r"without word/document\.xml"):
+        convert(buffer.getvalue(), filename="vertrag.docx")
+
+
+def test_docx_with_broken_xml_is_unreadable() -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(make_docx())) as source, zipfile.ZipFile(buffer, "w") as target:
+        for item in source.infolist():
+            content = source.read(item)
+            target.writestr(item, b"<w:document><broken" if item.filename == "word/document.xml" else content)
+
+    with pytest.raises(ConversionError, match=r"^unreadable DOCX: "):
+        convert(buffer.getvalue(), filename="vertrag.docx")
+
+
+# --------------------------------------------------------------------- HTML
+
+
+def test_html_drops_scripts_and_styles_and_keeps_block_breaks() -> None:
+    html = """<!DOCTYPE html>
+    <html lang="de-DE"><head><title>Urteil   des BGH</title>
+    <style>p { color: red }</style><script>var geheim = 1;</script></head>
+    <body><!-- Kommentar -->
+      <h1>Urteil</h1>
+      <p>Die Revision
+         wird zurückgewiesen.<br>Kosten trägt der Kläger.</p>
+      <table><tr><th>Az.</th><td>VIII ZR 12/19</td></tr></table>
+      <ul><li>Erstens</li><li>Zweitens</li></ul>
+      <noscript>Bitte JavaScript aktivieren</noscript>
+    </body></html>"""
+
+    result = convert(html.encode("utf-8"), filename="urteil.html")
+
+    assert result.media_type == MEDIA_HTML
+    assert result.title == "Urteil des BGH"
+    assert result.language == "de"
+    assert result.text == (
+        "Urteil\n\nDie Revision wird zurückgewiesen.\nKosten trägt der Kläger.\n\n"
+        "Az. | VIII ZR 12/19\n\nErstens\n\nZweitens"
+    )
+
+
+def test_html_charset_from_meta_tag() -> None:
+    html = '<html><head><meta charset="windows-1252"></head><body><p>Gebühren für Übersetzungen</p></body></html>'
+
+    result = convert(html.encode("cp1252"), filename="seite.htm")
+
+    assert result.text == "Gebühren für Übersetzungen"
+
+
+# ---------------------------------------------------------------------- EML
+
+
+def test_eml_header_block_then_plain_body() -> None:
+    result = convert(make_eml(), filename="mail.eml")
+
+    assert result.media_type == MEDIA_EML
+    assert result.title == "Kündigung des Mietvertrags – Frist"
+    assert result.language == "de"
+    assert result.text == (
+        "From: Jörg Müller <mueller@kanzlei.example>\n"
+        "To: Bärbel Schröder <schroeder@mandant.example>\n"
+        "Date: Thu, 12 Mar 2020 10:15:00 +0100\n"
+        "Subject: Kündigung des Mietvertrags – Frist\n\n"
+        "Sehr geehrte Frau Schröder,\n\ndie Kündigungsfrist läuft am 30.06.2020 ab.\n\nMit freundlichen Grüßen"
+    )
+
+
+def test_eml_without_plain_part_falls_back_to_html() -> None:
+    result = convert(make_eml(html_only=True), filename="mail.eml")
+
+    assert result.text.endswith("Subject: Kündigung des Mietvertrags – Frist\n\nSehr geehrte Frau Schröder,\n\ndie Frist läuft ab.")
+    assert "alert" not in result.text
+
+
+def test_eml_with_unknown_charset_is_decoded_anyway() -> None:
+    raw = (
+        "From: a@example.org\r\nSubject: Test\r\nContent-Type: text/plain; charset=x-unbekannt\r\n"
+        "Content-Transfer-Encoding: 8bit\r\n\r\nGrüße aus Köln\r\n"
+    ).encode("cp1252")
+
+    assert convert(raw, filename="mail.eml").text.endswith("Grüße aus Köln")
+
+
+def test_bytes_that_are_not_a_mail_are_rejected() -> None:
+    with pytest.raises(ConversionError, match=r"^not an e-mail \(no From, To, Date or Subject header\)$"):
+        convert(b"\x00\x01\x02 irgendwas", filename="mail.eml")
+
+
+# ---------------------------------------------------------------------- MSG
+
+
+def test_msg_that_is_not_an_ole_file_is_rejected() -> None:
+    with pytest.raises(ConversionError, match=r"^not an Outlook MSG \(OLE compound\) file$"):
+        convert(make_eml(), filename="mail.msg")
+
+
+def test_ole_file_that_is_not_a_message_is_unreadable() -> None:
+    # An OLE header followed by garbage: olefile accepts the magic, the parser then fails.
+    data = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 2040
+
+    with pytest.raises(ConversionError, match=r"^unreadable Outlook MSG: "):
+        convert(data, filename="mail.msg", media_type=MEDIA_MSG)
+
+
+# ------------------------------------------------------------ text, Markdown
+
+
+def test_utf8_text_with_crlf_and_blank_runs_is_normalized() -> None:
+    data = "Aktennotiz\r\n\r\n\r\n\r\nBesprechung  mit\tHerrn Löw \r\nam 12.03.2020\r\n".encode()
+
+    result = convert(data, filename="notiz.txt")
+
+    assert result.media_type == MEDIA_TEXT
+    assert result.text == "Aktennotiz\n\nBesprechung mit Herrn Löw\nam 12.03.2020"
+
+
+def test_cp1252_text_is_decoded() -> None:
+    data = "Schriftsatz – Gebührenrechnung über 1.000 €".encode("cp1252")
+
+    assert convert(data, filename="alt.txt").text == "Schriftsatz – Gebührenrechnung über 1.000 €"
+
+
+def test_latin1_bytes_undefined_in_cp1252_still_decode() -> None:
+    assert convert(b"Stra\xdfe \x81", filename="alt.txt").text == "Straße \x81"
+
+
+def test_utf16_with_bom_is_decoded() -> None:
+    assert convert("Vermerk: Fristablauf".encode("utf-16"), filename="u.txt").text == "Vermerk: Fristablauf"
+
+
+def test_decomposed_umlauts_become_nfc() -> None:
+    decomposed = "Mu\u0308ller"
+
+    assert convert(decomposed.encode(), filename="n.txt").text == "Müller"
+
+
+def test_markdown_title_from_first_heading() -> None:
+    result = convert("Intro\n\n# Vermerk zur Kündigung\n\nText".encode(), filename="vermerk.md")
+
+    assert result.media_type == MEDIA_MARKDOWN
+    assert result.title == "Vermerk zur Kündigung"
+
+
+def test_binary_garbage_as_text_is_rejected() -> None:
+    with pytest.raises(ConversionError, match=r"^binary content, not text"):
+        convert(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", filename="bild.txt")
+
+
+# ---------------------------------------------------------- type and limits
+
+
+def test_media_type_wins_over_the_suffix() -> None:
+    result = convert(b"<p>Hallo</p>", filename="download.bin", media_type="text/html; charset=utf-8")
+
+    assert result.media_type == MEDIA_HTML
+    assert result.text == "Hallo"
+
+
+def test_generic_media_type_falls_back_to_the_suffix() -> None:
+    assert convert(b"Hallo", filename="A.TXT", media_type="application/octet-stream").text == "Hallo"
+
+
+@pytest.mark.parametrize(
+    ("filename", "reason"),
+    [
+        ("tabelle.xyz", r"^unsupported file type \.xyz$"),
+        ("alt.doc", r"^unsupported file type \.doc$"),
+        ("OHNE_ENDUNG", r"^unsupported file type: no file name suffix$"),
+    ],
+)
+def test_unsupported_types_are_named(filename: str, reason: str) -> None:
+    with pytest.raises(ConversionError, match=reason):
+        convert(b"irgendwas", filename=filename)
+
+
+def test_size_cap() -> None:
+    with pytest.raises(ConversionError, match=r"^file too large: 2049 bytes, limit 2048$"):
+        convert(b"a" * 2049, filename="gross.txt", max_bytes=2048)
+
+
+def test_empty_file() -> None:
+    with pytest.raises(ConversionError, match=r"^empty file$"):
+        convert(b"", filename="leer.txt")
+
+
+def test_whitespace_only_text_has_no_text() -> None:
+    with pytest.raises(ConversionError, match=r"^no text in text file$"):
+        convert(b" \r\n\t\r\n", filename="leer.txt")
+
+
+def test_normalize_drops_soft_hyphens_and_zero_width_and_unifies_breaks() -> None:
+    assert normalize_text("Kün\u00addi\u200bgung\u2028Zeile\x0cSeite\u00a0zwei") == "Kündigung\nZeile\nSeite zwei"
