@@ -1,0 +1,1086 @@
+"""Find and normalize legal identifiers in German legal text.
+
+Five kinds: statute references (§/Art. chains), case numbers (Aktenzeichen),
+ECLIs, commercial/association register numbers and EU references (acts,
+articles of EU acts, EuGH cases). Normalization follows the normative rules in
+shared/data/README.md: one statute entry per norm in German citation order
+("§ 573c Abs. 1 Satz 2 BGB"), ranges kept as ranges, "/" as the year separator
+of a case number, complete upper-case ECLIs.
+
+Each kind is found by a precompiled trigger regex and then parsed locally, so
+the cost is linear in the text. The law table and court codes are data
+(ki_core/data/laws.json, courts.json), loaded once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib.resources import files
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Kind = Literal["statute", "case_number", "ecli", "register_number", "eu_reference"]
+
+
+class Identifier(BaseModel):
+    """One identifier found in a text; `text[start:end] == as_written`.
+
+    Kind-specific parts are None where they do not apply: statute and EU
+    article references fill law/section/absatz/satz/nummer/buchstabe, case
+    numbers and ECLIs court/date, register numbers register/number/court,
+    EU references celex where it is determinable.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Kind
+    normalized: str
+    as_written: str
+    start: int
+    end: int
+    law: str | None = None
+    section: str | None = None
+    absatz: str | None = None
+    satz: str | None = None
+    nummer: str | None = None
+    buchstabe: str | None = None
+    court: str | None = None
+    date: str | None = None
+    year: int | None = None
+    number: str | None = None
+    register_type: str | None = None
+    case_number: str | None = None
+    celex: str | None = None
+
+
+def extract(
+    text: str, *, context_law: str | None = None, context_section: str | None = None
+) -> list[Identifier]:
+    """All identifiers in `text`, ordered by position.
+
+    `context_law` is the law a bare "§ 5" refers to (the law being read);
+    `context_section` (e.g. "§ 204") additionally resolves relative references
+    such as "Absatz 1 Nr. 6a", which are skipped without it.
+    """
+    found: list[Identifier] = []
+    eclis = list(_scan_eclis(text))
+    taken = _SpanIndex((i.start, i.end) for i in eclis)
+    found += eclis
+    statutes = [i for i in _scan_statutes(text, context_law, context_section) if not taken.overlaps(i.start, i.end)]
+    acts = [i for i in _scan_eu_acts(text) if not taken.overlaps(i.start, i.end)]
+    found += statutes + _dedupe_eu_acts(acts, statutes)
+    eu_cases = [i for i in _scan_eu_cases(text) if not taken.overlaps(i.start, i.end)]
+    found += eu_cases
+    taken = _SpanIndex((i.start, i.end) for i in found)
+    case_numbers = [i for i in _scan_case_numbers(text) if not taken.overlaps(i.start, i.end)]
+    found += case_numbers
+    taken = _SpanIndex((i.start, i.end) for i in found)
+    found += [i for i in _scan_registers(text) if not taken.overlaps(i.start, i.end)]
+    return sorted(found, key=lambda i: (i.start, i.end, i.kind))
+
+
+def identifiers_text(ids: Iterable[Identifier]) -> str:
+    """The normalized forms, space-joined: the text of the search index's identifier leg."""
+    return " ".join(i.normalized for i in ids)
+
+
+class _SpanIndex:
+    """Answers 'does [start, end) overlap a taken span' in O(log n)."""
+
+    def __init__(self, spans: Iterable[tuple[int, int]]) -> None:
+        merged: list[list[int]] = []
+        for s, e in sorted(spans):
+            if merged and s < merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        self._starts = [s for s, _ in merged]
+        self._ends = [e for _, e in merged]
+
+    def overlaps(self, start: int, end: int) -> bool:
+        i = bisect_right(self._starts, end - 1) - 1
+        return i >= 0 and self._ends[i] > start
+
+
+# ---------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Law:
+    """A law or EU act as cited: `citation` is the normalized name that ends a reference."""
+
+    abbr: str
+    celex: str | None = None
+    cite_as: str | None = None
+    article_celex_prefix: str | None = None
+    point_articles: frozenset[str] = frozenset()
+
+    @property
+    def is_eu(self) -> bool:
+        return self.cite_as is not None
+
+    @property
+    def citation(self) -> str:
+        return self.cite_as or self.abbr
+
+
+@dataclass(frozen=True)
+class _LawTable:
+    by_abbr: dict[str, Law]  # exact spelling of abbreviations, aliases, GII keys
+    by_abbr_folded: dict[str, Law]
+    by_name: dict[str, Law]  # casefolded full names and their inflected forms
+    by_celex: dict[str, Law]
+    max_abbr_words: int
+    max_name_words: int
+
+
+def _name_key(words: Iterable[str]) -> str:
+    return " ".join(w.replace(",", "") for w in words).casefold()
+
+
+@cache
+def law_table() -> _LawTable:
+    raw = json.loads(files("ki_core.data").joinpath("laws.json").read_text(encoding="utf-8"))
+    by_abbr: dict[str, Law] = {}
+    by_name: dict[str, Law] = {}
+    by_celex: dict[str, Law] = {}
+    for entry in raw["laws"]:
+        eu = entry.get("eu") or {}
+        law = Law(
+            abbr=entry["abbr"],
+            celex=eu.get("celex"),
+            cite_as=eu.get("cite_as"),
+            article_celex_prefix=eu.get("article_celex_prefix"),
+            point_articles=frozenset(eu.get("point_articles", ())),
+        )
+        for abbr in [entry["abbr"], *entry["aliases"], entry.get("gii")]:
+            if abbr:
+                by_abbr.setdefault(abbr, law)
+        for name in entry["names"]:
+            by_name.setdefault(_name_key(name.split()), law)
+        if law.celex and not law.article_celex_prefix:
+            by_celex[law.celex] = law
+    return _LawTable(
+        by_abbr=by_abbr,
+        by_abbr_folded={k.casefold(): v for k, v in by_abbr.items() if len(k) >= 4},
+        by_name=by_name,
+        by_celex=by_celex,
+        max_abbr_words=max(len(k.split()) for k in by_abbr),
+        max_name_words=max(len(k.split()) for k in by_name),
+    )
+
+
+def normalize_law(name: str) -> str:
+    """'SGB 5' -> 'SGB V', 'UWG 2004' -> 'UWG'; an unknown name is kept as given."""
+    law = law_table().by_abbr.get(name.strip())
+    return law.citation if law else name.strip()
+
+
+@dataclass(frozen=True)
+class _CourtTable:
+    federal: dict[str, str]  # name or code -> code
+    court_types: dict[str, str]  # "Amtsgericht" -> "AG"
+    state_adjectives: dict[str, str]
+    regions: tuple[str, ...]
+    ecli_courts: dict[str, str]
+    register_types: frozenset[str]
+    register_types_needing_cue: frozenset[str]
+    register_suffixes: tuple[str, ...]
+    register_court_aliases: dict[str, str]
+    az_prefixes: frozenset[str]
+    az_chamberless: frozenset[str]
+    az_register_courts: dict[str, str]
+    az_not_registers: frozenset[str]
+    az_suffixes: tuple[str, ...]
+    az_bracket_suffixes: tuple[str, ...]
+
+
+@cache
+def court_table() -> _CourtTable:
+    raw = json.loads(files("ki_core.data").joinpath("courts.json").read_text(encoding="utf-8"))
+    az = raw["case_number"]
+    return _CourtTable(
+        federal={name: code for code, names in raw["federal"].items() for name in names},
+        court_types=raw["court_types"],
+        state_adjectives=raw["state_adjectives"],
+        regions=tuple(raw["regions"]),
+        ecli_courts=raw["ecli_courts"],
+        register_types=frozenset(raw["register_types"]),
+        register_types_needing_cue=frozenset(raw["register_types_needing_cue"]),
+        register_suffixes=tuple(raw["register_suffixes"]),
+        register_court_aliases=raw["register_court_aliases"],
+        az_prefixes=frozenset(az["prefixes"]),
+        az_chamberless=frozenset(az["chamberless_registers"]),
+        az_register_courts=az["register_courts"],
+        az_not_registers=frozenset(az["not_registers"]),
+        az_suffixes=tuple(az["suffixes"]),
+        az_bracket_suffixes=tuple(az["bracket_suffixes"]),
+    )
+
+
+def _alternation(words: Iterable[str]) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+# ---------------------------------------------------------------- statutes
+
+SEC, SUBSEC, ABS, UABS, SATZ, HS, NR, BUCHST, DBUCHST, ALT = range(10)
+
+_WS = re.compile(r"\s*")
+_STATUTE_HEAD = re.compile(
+    r"(?P<par>§§?|\bParagra(?:ph|f)(?:en|s)?\b)(?=\s*\d)"
+    r"|\b(?P<art>Artikeln?s?|Artt?\.|Art|Articles?)(?=\s*\d)"
+)
+_REL_HEAD = re.compile(r"\b(?:Absatz|Absätze|Abs\.)(?=\s*\d)")
+_SEC_NUM = re.compile(r"(\d{1,4})(?:([a-z])(?![a-zäöüß])|\s([a-z])(?![\w.]))?(?!\d|[./]\d)")
+_NUM_VALUE = re.compile(r"(\d{1,3}[a-z]?)(?![a-zäöüß\d]|[./]\d)")
+_LETTER_VALUE = re.compile(r"([a-z])\1?(?![a-zäöüß])")
+_ROMAN = re.compile(r"(X{0,2}(?:IX|IV|V?I{0,3}))(?![\w.])")
+_DESIGNATOR = re.compile(
+    r"(?:(?P<uabs>U(?:nter)?[Aa]bs(?:atz|\.)?)"
+    r"|(?P<abs>Abs(?:atzes|atz|ätzen|ätze|\.)?)"
+    r"|(?P<hs>Halbs(?:atzes|atz|\.)|Hs\.?|HS\.?|Hbs\.)"
+    r"|(?P<satz>S(?:atzes|atz|ätzen|ätze|\.)?)"
+    r"|(?P<nr>Nrn?\.?|Nummern?|Ziff(?:ern|er|\.)?)"
+    r"|(?P<dbuchst>Doppelbuchst(?:aben|abe|\.)|Dbuchst\.)"
+    r"|(?P<buchst>Buchst(?:aben|abe|\.)?|lit\.?|Bst\.)"
+    r"|(?P<alt>Alt(?:ernative|\.)?|Var(?:iante|\.)?))"
+    r"(?:(?<=\.)|(?![A-Za-zäöüßÄÖÜ]))\s*"
+)
+_DESIGNATOR_LEVELS = {
+    "abs": (ABS, "Abs."),
+    "uabs": (UABS, "UAbs."),
+    "satz": (SATZ, "Satz"),
+    "hs": (HS, "Halbsatz"),
+    "nr": (NR, "Nr."),
+    "buchst": (BUCHST, "Buchst."),
+    "dbuchst": (DBUCHST, "Doppelbuchst."),
+    "alt": (ALT, "Alt."),
+}
+_LETTER_LEVELS = (BUCHST, DBUCHST)
+_PAREN_VALUE = re.compile(r" ?\((?:(?P<num>\d{1,3}[a-z]?)|(?P<letter>[a-z]{1,2}))\)")
+_NESTED_SEC = re.compile(r"\s*§\s*(\d{1,4}[a-z]?)(?!\d)")
+_FF = re.compile(r"\s?(ff\.?|f\.)(?![\w])")
+_RANGE = re.compile(r"\s*(?:bis(?![\w])|-|–|—)\s*")
+_LIST_SEP = re.compile(r"\s*(?:,(?:\s*(?:und|oder|sowie|bzw\.)(?![\w]))?|(?:und|oder|sowie|bzw\.|u\.)(?![\w]))\s*")
+# a bare number followed by one of these is a quantity, not another norm ("§ 5 und 10 Jahre")
+_QUANTITY_AFTER = re.compile(r"\s*(?:Jahre|Jahren|Monate|Monaten|Wochen|Tage|Tagen|Stunden|Prozent|Euro|EUR|DM|%)(?![\w])")
+_GROUP_SEP = re.compile(
+    r"\s*(?:,|;|und|oder|sowie|bzw\.|i\.\s?V\.\s?m\.|iVm|in Verbindung mit)?\s*"
+    r"(?:(?:die|der|des|den|dem|jeweils)\s+)?(?=§|Art|Paragra)"
+)
+# "SozR 4-2500 § 13 Nr 33", "Buchholz 406.11 § 9 BauGB Nr. 74": collection numbering, not a norm
+_REPORTER_BEFORE = re.compile(r"(?:SozR|Buchholz|BVerwGE)\s*[\d.\-–]*\s*\Z")
+_ARTICLE_WORDS = frozenset({"des", "der", "dem", "den", "im", "zum", "zur", "vom", "nach"})
+_THIS_LAW = re.compile(r"\s*(?:dieses|dieser|diesem)\s+(?:Gesetzes|Gesetz|Verordnung|Gesetzbuchs|Gesetzbuches|Buches|Code)(?![\w])")
+_INSTRUMENT_NOUN = re.compile(
+    r"(?:gesetz|gesetzes|gesetzbuch|gesetzbuchs|gesetzbuches|ordnung|verordnung|vertrag|vertrages|vertrags|"
+    r"satzung|vereinbarung|richtlinie|abkommens?|statuts?|bedingungen|regelung|tarifvertrags?|tarifvertrages|agb)$"
+)
+_PAREN_ABBR_AFTER_NAME = re.compile(
+    r"[^()\n;:§]{0,140}?(?:gesetz(?:es|buch(?:e?s)?)?|ordnung|verordnung)\s*(?:\d{4}\s*)?"
+    r"(?:\((?P<a>[A-ZÄÖÜ][\w./-]{1,15})\)|--\s*(?P<b>[A-ZÄÖÜ][\w./-]{1,15})\s*--)"
+)
+_LAW_WORD = re.compile(r"[^\s]+")
+_GENERIC_ABBR = re.compile(r"[A-ZÄÖÜ][A-Za-zÄÖÜäöüß]{0,12}(?:-[A-Za-zÄÖÜäöüß]{1,8})?(?:G|O|V|VO|GB|B)")
+_LAW_YEAR = re.compile(r"\s(?:1[89]|20)\d\d(?![\d]|[.,/]\d)")
+_LAW_PAREN = re.compile(r"\s*(?:\((?P<a>[A-ZÄÖÜ][\w ./-]{1,15})\)|--\s*(?P<b>[A-ZÄÖÜ][\w./-]{1,15})\s*--)")
+_LAW_VERSION = re.compile(r"\s*(?:[an]\.\s?F\.|[an]F(?![\w])|\((?:alt|neu)\))")
+_LAW_BEFORE = re.compile(
+    r"(?:(?<=[\s(\[,;\"])|\A)(?P<law>[A-ZÄÖÜ][\w./-]*(?:\s(?:[IVX]{1,4}|\d{1,2}))?)(?:\s(?:1[89]|20)\d\d)?\s+\Z"
+)
+# a word that is a court or a journal, never a law, though it looks like an abbreviation
+_NOT_LAWS = frozenset(
+    {"AG", "LG", "OLG", "KG", "VG", "OVG", "SG", "LSG", "FG", "LAG", "BAG", "BSG", "BVerfG", "BVerwG", "BPatG",
+     "ArbG", "EuG", "BayObLG", "EFG", "NZG", "NZV", "DB", "BB", "ZInsO", "OHG", "UG", "VVaG", "GmbH", "ABl", "BGBl"}
+)
+
+
+@dataclass(frozen=True)
+class _Part:
+    level: int
+    label: str  # "§", "Art.", "§" (nested), "Abs.", "Satz", ...; "(" marks "(1)" resolved at rendering
+    value: str
+    suffix: str = ""  # " ff." / " f."
+
+
+@dataclass
+class _Chain:
+    start: int
+    end: int
+    leaves: list[list[_Part]]
+
+
+@dataclass(frozen=True)
+class _LawHit:
+    law: Law | None
+    start: int
+    end: int
+    blocked: bool = False  # another instrument is named ("des Vertrages"): no fallback to the context law
+    context: bool = False  # "dieses Gesetzes": the context law, named
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    return _WS.match(text, pos).end()  # type: ignore[union-attr]
+
+
+def _scan_statutes(text: str, context_law: str | None, context_section: str | None) -> Iterator[Identifier]:
+    context = law_table().by_abbr.get(context_law) if context_law else None
+    if context_law and context is None:
+        context = Law(abbr=context_law)
+    resume = 0
+    heads: list[tuple[int, re.Match[str]]] = [(m.start(), m) for m in _STATUTE_HEAD.finditer(text)]
+    if context_section:
+        heads += [(m.start(), m) for m in _REL_HEAD.finditer(text)]
+        heads.sort(key=lambda h: h[0])
+    for start, head in heads:
+        if start < resume:
+            continue
+        if head.re is _REL_HEAD:
+            group = _parse_relative_group(text, head, context_section or "")
+        else:
+            group = _parse_group(text, head)
+        if group is None:
+            continue
+        chains, law_hit = group
+        resume = max(chains[-1].end, law_hit.end if law_hit else 0)
+        if _REPORTER_BEFORE.search(text, max(0, start - 24), start):
+            continue
+        yield from _group_identifiers(text, chains, law_hit, context)
+
+
+def _parse_group(text: str, head: re.Match[str]) -> tuple[list[_Chain], _LawHit | None] | None:
+    """Chains joined by ',', 'und', 'i.V.m.' ... up to the law that closes them."""
+    chains: list[_Chain] = []
+    while True:
+        chain = _parse_chain_at_head(text, head)
+        if chain is None:
+            break
+        chains.append(chain)
+        hit = _law_after(text, chain.end)
+        if hit is not None:
+            return chains, hit
+        sep = _GROUP_SEP.match(text, chain.end)
+        next_head = _STATUTE_HEAD.match(text, sep.end()) if sep else None
+        if next_head is None:
+            break
+        head = next_head
+    if not chains:
+        return None
+    return chains, _law_before(text, chains[0].start)
+
+
+def _parse_relative_group(text: str, head: re.Match[str], context_section: str) -> tuple[list[_Chain], _LawHit | None] | None:
+    m = re.match(r"\s*(§|Art\.?)\s*(\d{1,4}[a-z]?)", context_section)
+    if m is None:
+        return None
+    kind = "Art." if m.group(1).startswith("Art") else "§"
+    chain = _parse_chain(text, head.start(), head.start(), [_Part(SEC, kind, m.group(2))], kind == "§", plural=False)
+    if chain is None or len(chain.leaves[0]) < 2:
+        return None
+    return [chain], _law_after(text, chain.end)
+
+
+def _parse_chain_at_head(text: str, head: re.Match[str]) -> _Chain | None:
+    word = head.group("par") or head.group("art")
+    is_par = head.group("par") is not None
+    plural = word in ("§§", "Artt.", "Paragraphen", "Paragrafen", "Artikeln", "Articles")
+    pos = _skip_ws(text, head.end())
+    m = _SEC_NUM.match(text, pos)
+    if m is None:
+        return None
+    value = m.group(1) + (m.group(2) or m.group(3) or "")
+    if not is_par and _looks_like_kind_of(text, head.start(), pos, m.end()):
+        return None
+    return _parse_chain(text, head.start(), m.end(), [_Part(SEC, "§" if is_par else "Art.", value)], is_par, plural)
+
+
+def _looks_like_kind_of(text: str, head_start: int, num_start: int, num_end: int) -> bool:
+    """'psychischer Art.\\n8\\n': the noun Art (kind) followed by a paragraph number."""
+    before = text[max(0, head_start - 16) : head_start].split()
+    if before and re.fullmatch(r"[a-zäöüß]+(?:er|en|es|em)", before[-1]) and before[-1] not in _ARTICLE_WORDS:
+        return True
+    return "\n" in text[head_start:num_start] and (num_end >= len(text) or text[num_end] == "\n")
+
+
+def _parse_chain(text: str, start: int, pos: int, path: list[_Part], is_par: bool, plural: bool) -> _Chain | None:
+    leaves: list[list[_Part]] = []
+    end = pos
+    roman = False
+    while True:
+        cur = path[-1]
+        if not cur.suffix and (m := _FF.match(text, pos)):
+            path[-1] = replace(cur, suffix=" ff." if m.group(1).startswith("ff") else " f.")
+            pos = end = m.end()
+            continue
+        if "-" not in cur.value and (m := _RANGE.match(text, pos)) and (v := _value_at(text, m.end(), cur.level)):
+            path[-1] = replace(cur, value=f"{cur.value}-{v[0]}")
+            pos = end = v[1]
+            continue
+        if not is_par and len(path) == 1 and (m := _NESTED_SEC.match(text, pos)):
+            path.append(_Part(SUBSEC, "§", m.group(1)))
+            pos = end = m.end()
+            continue
+        if d := _designator_at(text, pos):
+            path.append(_Part(d[0], d[1], d[2]))
+            pos = end = d[3]
+            roman = False
+            continue
+        if m := _PAREN_VALUE.match(text, pos):
+            part = _Part(ABS, "(", m.group("num")) if m.group("num") else _Part(BUCHST, "Buchst.", m.group("letter"))
+            path.append(part)
+            pos = end = m.end()
+            continue
+        p = _skip_ws(text, pos)
+        if p > pos and len(path) == 1 and (m := _ROMAN.match(text, p)) and m.group(1):
+            path.append(_Part(ABS, "Abs.", str(_roman_to_int(m.group(1)))))
+            pos = end = m.end()
+            roman = True
+            continue
+        if p > pos and roman and cur.level == ABS and (m := _NUM_VALUE.match(text, p)):
+            path.append(_Part(SATZ, "Satz", m.group(1)))
+            pos = end = m.end()
+            continue
+        if sep := _LIST_SEP.match(text, pos):
+            nxt = _after_separator(text, sep.end(), path, roman, plural)
+            if nxt is not None:
+                leaves.append(path)
+                path, pos = nxt
+                end = pos
+                continue
+        break
+    leaves.append(path)
+    return _Chain(start, end, leaves)
+
+
+def _after_separator(text: str, pos: int, path: list[_Part], roman: bool, plural: bool) -> tuple[list[_Part], int] | None:
+    """The path that a list item after ',', 'und', ... starts, or None if the list ends here."""
+    if d := _designator_at(text, pos):
+        return _relevel(path, d[0]) + [_Part(d[0], d[1], d[2])], d[3]
+    cur = path[-1]
+    if roman and cur.level == ABS and (m := _ROMAN.match(text, pos)) and m.group(1):
+        return path[:-1] + [replace(cur, value=str(_roman_to_int(m.group(1))), suffix="")], m.end()
+    level = cur.level
+    if level in _LETTER_LEVELS and not _LETTER_VALUE.match(text, pos):
+        numeric = [i for i, part in enumerate(path) if part.level not in _LETTER_LEVELS]
+        path = path[: numeric[-1] + 1]
+        cur, level = path[-1], path[-1].level
+    v = _value_at(text, pos, level)
+    if v is None or _QUANTITY_AFTER.match(text, v[1]):
+        return None
+    value, end = v
+    following = _designator_at(text, _skip_ws(text, end))
+    if following is not None:
+        used = [i for i, part in enumerate(path) if part.level == following[0] and i > 0]
+        if used:  # "§§ 92 Abs. 1, 97 Abs. 1": the number sits one level above the repeated designator
+            parent = path[used[0] - 1]
+            if parent.level == SEC:
+                return [_Part(SEC, path[0].label, _sec_value_at(text, pos) or value)], end
+            return path[: used[0] - 1] + [replace(parent, value=value, suffix="")], end
+    elif plural and level != SEC and _leading_int(value) > _leading_int(path[0].value):
+        return [_Part(SEC, path[0].label, _sec_value_at(text, pos) or value)], end  # "§§ 12 Abs. 1, 14"
+    if level == SEC:
+        value = _sec_value_at(text, pos) or value
+    return path[:-1] + [replace(cur, value=value, suffix="")], end
+
+
+def _relevel(path: list[_Part], level: int) -> list[_Part]:
+    for i, part in enumerate(path):
+        if i > 0 and part.level == level:
+            return path[:i]
+    shallower = [i for i, part in enumerate(path) if part.level < level]
+    return path[: shallower[-1] + 1]
+
+
+def _designator_at(text: str, pos: int) -> tuple[int, str, str, int] | None:
+    m = _DESIGNATOR.match(text, _skip_ws(text, pos))
+    if m is None:
+        return None
+    group = m.lastgroup or ""
+    level, label = _DESIGNATOR_LEVELS[group]
+    if group == "alt" and m.group(group).startswith("Var"):
+        label = "Var."
+    v = _value_at(text, m.end(), level)
+    if v is None:
+        return None
+    return level, label, v[0], v[1]
+
+
+def _value_at(text: str, pos: int, level: int) -> tuple[str, int] | None:
+    if level in _LETTER_LEVELS:
+        m = _LETTER_VALUE.match(text, pos)
+        return (m.group(0), m.end()) if m else None
+    if level in (SEC, SUBSEC):
+        value = _sec_value_at(text, pos)
+        m = _SEC_NUM.match(text, pos)
+        return (value, m.end()) if value and m else None
+    m = _NUM_VALUE.match(text, pos)
+    return (m.group(1), m.end()) if m else None
+
+
+def _sec_value_at(text: str, pos: int) -> str | None:
+    m = _SEC_NUM.match(text, pos)
+    return m.group(1) + (m.group(2) or m.group(3) or "") if m else None
+
+
+def _leading_int(value: str) -> int:
+    m = re.match(r"\d+", value)
+    return int(m.group()) if m else 0
+
+
+def _roman_to_int(roman: str) -> int:
+    values = {"I": 1, "V": 5, "X": 10}
+    total = 0
+    for i, ch in enumerate(roman):
+        v = values[ch]
+        total += -v if i + 1 < len(roman) and values[roman[i + 1]] > v else v
+    return total
+
+
+# ---------------------------------------------------------------- law names
+
+
+def _law_after(text: str, pos: int) -> _LawHit | None:
+    """The law named right after a chain: 'BGB', 'des Aktiengesetzes', 'der Verordnung (EU) 2016/679'."""
+    p = _skip_ws(text, pos)
+    if p >= len(text) or not (text[p].isalpha() or text[p] == "-" and text.startswith("--", p)):
+        return None
+    if _THIS_LAW.match(text, pos):
+        return _LawHit(None, p, _THIS_LAW.match(text, pos).end(), context=True)  # type: ignore[union-attr]
+    if m := _EU_ACT_AFTER.match(text, p):
+        act = _eu_act_from_match(m)
+        if act is not None:
+            return _LawHit(act, p, m.end())
+    words = _words(text, p, law_table().max_name_words + 1)
+    if not words:
+        return None
+    first = 1 if words[0][0] in _ARTICLE_WORDS else 0
+    hit = _lookup_law(words, first)
+    if hit is not None:
+        law, end = hit
+        return _LawHit(law, p, _extend_law(text, end, law))
+    if first and len(words) > 1 and _INSTRUMENT_NOUN.search(words[1][0].rstrip(".,;:)").casefold()):
+        if (m := _PAREN_ABBR_AFTER_NAME.match(text, words[1][1])) is not None:
+            abbr = m.group("a") or m.group("b")
+            return _LawHit(law_table().by_abbr.get(abbr) or Law(abbr=abbr), p, m.end())
+        return _LawHit(None, p, p, blocked=True)
+    return None
+
+
+def _words(text: str, pos: int, limit: int) -> list[tuple[str, int, int]]:
+    out = []
+    for m in _LAW_WORD.finditer(text, pos):
+        out.append((m.group(), m.start(), m.end()))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _lookup_law(words: list[tuple[str, int, int]], first: int) -> tuple[Law, int] | None:
+    """Longest known name or abbreviation starting at words[first]: (law, end offset)."""
+    table = law_table()
+    if not words[first:] or not words[first][0][0].isalpha():
+        return None
+    for n in range(min(table.max_name_words, len(words) - first), 0, -1):
+        span = words[first : first + n]
+        if any(w.endswith((".", ";", ":", ")")) for w, _, _ in span[:-1]):
+            continue
+        last = span[-1][0].rstrip(".,;:)\"'")
+        key = _name_key([w for w, _, _ in span[:-1]] + [last])
+        law = table.by_name.get(key) or (table.by_abbr.get(" ".join([w for w, _, _ in span[:-1]] + [last])) if n <= table.max_abbr_words else None)
+        if law is not None:
+            return law, span[-1][1] + len(last)
+    word = words[first][0].rstrip(".,;:)\"'")
+    law = table.by_abbr_folded.get(word.casefold()) if sum(c.isupper() for c in word) >= 2 else None
+    if law is None and word not in _NOT_LAWS and _GENERIC_ABBR.fullmatch(word) and sum(c.isupper() for c in word) >= 2:
+        law = Law(abbr=word)
+    return (law, words[first][1] + len(word)) if law else None
+
+
+def _extend_law(text: str, end: int, law: Law) -> int:
+    """Take a year, a version mark and a bracketed abbreviation into the law's span."""
+    if m := _LAW_YEAR.match(text, end):
+        end = m.end()
+    if m := _LAW_PAREN.match(text, end):
+        abbr = (m.group("a") or m.group("b") or "").strip()
+        if law_table().by_abbr.get(abbr) in (law, None):
+            end = m.end()
+    if m := _LAW_VERSION.match(text, end):
+        end = m.end()
+    return end
+
+
+def _law_before(text: str, head_start: int) -> _LawHit | None:
+    """Juris style, law first: 'GG Art 80 Abs 1', 'HGB §§ 74 ff', 'GmbHG 1892 § 13', 'DORA Art. 19'."""
+    lo = max(0, head_start - 48)
+    if m := _EU_ACT_BEFORE.search(text, lo, head_start):
+        act = _eu_act_from_match(m)
+        if act is not None:
+            return _LawHit(act, m.start(), m.end())
+    m = _LAW_BEFORE.search(text, lo, head_start)
+    if m is None:
+        return None
+    words = [(w, m.start("law") + i, 0) for w, i in _split_with_offsets(m.group("law"))]
+    for first in range(len(words)):
+        hit = _lookup_law(words[first:], 0)
+        if hit is not None and hit[1] == m.end("law"):
+            return _LawHit(hit[0], words[first][1], m.end("law"))
+    return None
+
+
+def _split_with_offsets(s: str) -> list[tuple[str, int]]:
+    return [(m.group(), m.start()) for m in re.finditer(r"\S+", s)]
+
+
+def _group_identifiers(text: str, chains: list[_Chain], hit: _LawHit | None, context: Law | None) -> Iterator[Identifier]:
+    if hit is not None and hit.blocked:
+        return
+    law = hit.law if hit is not None and hit.law is not None else context
+    if law is None:
+        return
+    for i, chain in enumerate(chains):
+        start, end = chain.start, chain.end
+        if hit is not None and not hit.context and hit.law is not None:
+            if hit.end <= chain.start and i == 0:
+                start = hit.start  # law written first
+            elif hit.start >= chain.end and i == len(chains) - 1:
+                end = hit.end
+        elif hit is not None and hit.context and i == len(chains) - 1:
+            end = hit.end
+        for leaf in chain.leaves:
+            yield _statute_identifier(text, leaf, law, start, end)
+
+
+def _statute_identifier(text: str, leaf: list[_Part], law: Law, start: int, end: int) -> Identifier:
+    article = leaf[0].value if leaf[0].label == "Art." else None
+    rendered = [_render_part(part, law, article) for part in leaf]
+    values = {part.level: part.value for part in reversed(leaf)}
+    section = " ".join(r for part, r in zip(leaf, rendered, strict=True) if part.level in (SEC, SUBSEC))
+    celex = None
+    if law.is_eu:
+        celex = law.celex
+        if law.article_celex_prefix and article and article.isdigit():
+            celex = f"{law.article_celex_prefix}{int(article):03d}"
+    return Identifier(
+        kind="eu_reference" if law.is_eu else "statute",
+        normalized=" ".join([*rendered, law.citation]),
+        as_written=text[start:end],
+        start=start,
+        end=end,
+        law=law.citation,
+        section=section,
+        absatz=values.get(ABS),
+        satz=values.get(SATZ),
+        nummer=values.get(NR),
+        buchstabe=values.get(BUCHST),
+        celex=celex,
+    )
+
+
+def _render_part(part: _Part, law: Law, article: str | None) -> str:
+    if part.level == SEC:
+        label = part.label
+        if label == "§" and ("-" in part.value or part.suffix):
+            label = "§§"
+        return f"{label} {part.value}{part.suffix}"
+    label = part.label
+    if label == "(":
+        label = "Nr." if article in law.point_articles else "Abs."
+    elif label == "Buchst." and law.is_eu:
+        label = "lit."
+    return f"{label} {part.value}{part.suffix}"
+
+
+# ---------------------------------------------------------------- EU references
+
+_EU_TYPE = (
+    r"(?P<type>Durchführungsverordnung|Delegierten?\s+Verordnung|Verordnung|VO|Richtlinie|RL|Rahmenbeschluss|"
+    r"Beschluss|Regulation|Directive|Decision)"
+)
+_EU_ACT_CORE = (
+    _EU_TYPE + r"\s*(?:\((?P<org>EU|EG|EWG|EC|EEC|Euratom|EGKS)\)\s*)?(?:(?P<nr>Nr\.?|No\.?)\s*)?"
+    r"(?P<a>\d{1,4})/(?P<b>\d{1,4})(?:/(?P<suffix>EU|EG|EWG|EC|EEC|EGKS|Euratom))?(?![\d/])"
+)
+_EU_ACT = re.compile(
+    r"(?:" + _EU_ACT_CORE + r")"
+    r"|(?<![\w/])(?P<ba>\d{2}|\d{4})/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"
+    r"|(?i:CELEX)(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"
+)
+_EU_ACT_AFTER = re.compile(
+    r"(?:(?:des|der|dem|den|einer|of(?:\s+the)?)\s+)?(?:(?:[A-ZÄÖÜ][a-zäöü]*ten|\d{1,2}\.)\s+)?" + _EU_ACT_CORE
+)
+_EU_ACT_BEFORE = re.compile(_EU_ACT_CORE + r"\s*,?\s*\Z")
+_EU_CASE = re.compile(r"(?<![\w-])(?P<court>[CT])-(?P<num>\d{1,4})/(?P<yy>\d{2})(?![\d/])(?:\s?(?P<appeal>P)(?![\w]))?")
+_CELEX_TYPES = {"VO": "R", "RL": "L", "Beschluss": "D"}
+_CELEX = re.compile(r"(?P<sector>3)(?P<year>\d{4})(?P<type>[RLD])(?P<num>\d{1,4})")
+
+
+def _scan_eu_acts(text: str) -> Iterator[Identifier]:
+    for m in _EU_ACT.finditer(text):
+        act = _eu_act_from_match(m)
+        if act is not None:
+            yield Identifier(
+                kind="eu_reference",
+                normalized=act.citation,
+                as_written=m.group(),
+                start=m.start(),
+                end=m.end(),
+                law=act.citation,
+                celex=act.celex,
+            )
+
+
+def _eu_act_from_match(m: re.Match[str]) -> Law | None:
+    groups = m.groupdict()
+    if groups.get("celex"):
+        c = _CELEX.fullmatch(groups["celex"])
+        if c is None:
+            return None
+        kind = {v: k for k, v in _CELEX_TYPES.items()}[c.group("type")]
+        return _eu_act(kind, int(c.group("year")), int(c.group("num")), None, None)
+    if groups.get("ba"):
+        return _eu_act("RL", _year4(groups["ba"]), int(groups["bb"]), groups["bsuffix"], groups["ba"])
+    kind_word, org, a, b = groups["type"], groups["org"], groups["a"], groups["b"]
+    if kind_word in ("Beschluss", "Decision", "Rahmenbeschluss") and not (org or groups["suffix"]):
+        return None
+    if kind_word in ("Richtlinie", "RL", "Directive", "Beschluss", "Decision", "Rahmenbeschluss"):
+        kind = "RL" if kind_word in ("Richtlinie", "RL", "Directive") else "Beschluss"
+        return _eu_act(kind, _year4(a), int(b), groups["suffix"] or org, a)
+    year_first = not groups["nr"] and len(a) == 4 and 2015 <= int(a) <= 2099 and org in (None, "EU")
+    if year_first:
+        return _eu_act("VO", int(a), int(b), org, a)
+    if len(b) not in (2, 4):
+        return None
+    return _eu_act("VO", _year4(b), int(a), org, b)
+
+
+def _year4(year: str) -> int:
+    y = int(year)
+    if len(year) <= 2:
+        return 1900 + y if y >= 50 else 2000 + y
+    return y
+
+
+def _eu_org(org: str | None, year: int) -> str:
+    if org:
+        return {"EC": "EG", "EEC": "EWG"}.get(org, org)
+    return "EWG" if year <= 1993 else "EG" if year <= 2009 else "EU"
+
+
+def _eu_act(kind: str, year: int, number: int, org: str | None, written_year: str | None) -> Law:
+    """The normalized designation of an EU act, e.g. ('RL', 1995, 46) -> 'RL 95/46/EG', CELEX 31995L0046."""
+    celex = f"3{year}{_CELEX_TYPES[kind]}{number:04d}"
+    known = law_table().by_celex.get(celex)
+    if known is not None:
+        return known
+    short_year = str(year)[2:] if year < 1999 else str(year)
+    if kind == "VO":
+        designation = f"VO (EU) {year}/{number}" if year >= 2015 else f"VO ({_eu_org(org, year)}) Nr. {number}/{short_year}"
+    elif year >= 2015:
+        designation = f"{kind} (EU) {year}/{number}"
+    else:
+        designation = f"{kind} {short_year}/{number}/{_eu_org(org, year)}"
+    return Law(abbr=designation, celex=celex, cite_as=designation)
+
+
+def _dedupe_eu_acts(acts: list[Identifier], statutes: list[Identifier]) -> list[Identifier]:
+    """An act is reported once per text, and not at all when one of its articles is cited."""
+    seen = {i.celex for i in statutes if i.kind == "eu_reference" and i.celex}
+    seen |= {law.celex for i in statutes if i.law and (law := law_table().by_abbr.get(i.law)) and law.celex}
+    spans = _SpanIndex((i.start, i.end) for i in statutes)
+    out = []
+    for act in acts:
+        if act.celex in seen or spans.overlaps(act.start, act.end):
+            continue
+        seen.add(act.celex)
+        out.append(act)
+    return out
+
+
+def _scan_eu_cases(text: str) -> Iterator[Identifier]:
+    for m in _EU_CASE.finditer(text):
+        court = "EuGH" if m.group("court") == "C" else "EuG"
+        number = f"{m.group('court')}-{m.group('num')}/{m.group('yy')}" + (" P" if m.group("appeal") else "")
+        year = _year4(m.group("yy"))
+        celex = f"6{year}{m.group('court')}J{int(m.group('num')):04d}"
+        date = _date_before(text, m.start())
+        common = {"as_written": m.group(), "start": m.start(), "end": m.end(), "court": court}
+        yield Identifier(kind="case_number", normalized=number, date=date, number=number, **common)
+        yield Identifier(kind="eu_reference", normalized=f"{court} {number}", celex=celex, **common)
+
+
+# ---------------------------------------------------------------- ECLI
+
+_ECLI = re.compile(r"(?i:ECLI):(?P<country>[A-Za-z]{2}):(?P<court>[A-Za-z0-9]{1,7}):(?P<year>\d{4}):(?P<ordinal>[A-Za-z0-9.]*[A-Za-z0-9])")
+_TRUNCATED = re.compile(r"\.{2,}|…")
+
+
+def _scan_eclis(text: str) -> Iterator[Identifier]:
+    for m in _ECLI.finditer(text):
+        if _TRUNCATED.match(text, m.end()) or len(m.group("ordinal")) > 25:
+            continue
+        court_code = m.group("court").upper()
+        year = int(m.group("year"))
+        ordinal = m.group("ordinal").upper()
+        court = court_table().ecli_courts.get(court_code)
+        date, case_number = _ecli_parts(court_code, year, ordinal) if m.group("country").upper() == "DE" else (None, None)
+        yield Identifier(
+            kind="ecli",
+            normalized=m.group().upper(),
+            as_written=m.group(),
+            start=m.start(),
+            end=m.end(),
+            court=court,
+            year=year,
+            date=date,
+            number=ordinal,
+            case_number=case_number,
+        )
+
+
+_ECLI_FORMS = {
+    "BVERFG": re.compile(r"[A-Z]{2}(?P<date>\d{8})\.(?P<chamber>\d?)(?P<reg>[A-Z]+?)(?P<num>\d{4})(?P<yy>\d{2})"),
+    "BGH": re.compile(r"(?P<ddmmyy>\d{6})[A-Z](?P<chamber>[IVX]+|\d+)?(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
+    "BVERWG": re.compile(r"(?P<ddmmyy>\d{6})[A-Z](?P<chamber>\d+)(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
+    "BPATG": re.compile(r"(?P<ddmmyy>\d{6})[A-Z](?P<chamber>\d+)(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
+    "BAG": re.compile(r"(?P<ddmmyy>\d{6})\.[A-Z]\.(?P<chamber>\d+)(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
+    "BFH": re.compile(r"[A-Z]\.(?P<ddmmyy>\d{6})\.(?P<chamber>[IVX]+)(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
+    "BSG": re.compile(r"(?P<ddmmyy>\d{6})[A-Z]B(?P<chamber>\d{1,2})(?P<reg>[A-Z]{1,3}?)(?P<num>\d+)(?P<yy>\d{2})(?P<suffix>[A-Z]{0,3})\d"),
+}
+_ECLI_REGISTERS = {
+    "STR": "StR", "ENVR": "EnVR", "ENZR": "EnZR", "ENVZ": "EnVZ", "RISTR": "RiSt (R)", "RIZR": "RiZ (R)",
+    "ANWZBRFG": "AnwZ (Brfg)", "NOTZBRFG": "NotZ (Brfg)", "NOTSTBRFG": "NotSt (Brfg)", "STB": "StB", "ARS": "ARs",
+    "LI": "Li", "NI": "Ni", "WPAT": "W (pat)", "VZ": "Vz", "LWZR": "LwZR", "GSST": "GSSt",
+}
+_ECLI_LAND = re.compile(r"(?P<mmdd>\d{4})\.")
+
+
+def _ecli_parts(court_code: str, year: int, ordinal: str) -> tuple[str | None, str | None]:
+    """Date and, for federal courts, the case number encoded in a German ECLI's ordinal."""
+    form = _ECLI_FORMS.get(court_code)
+    m = form.fullmatch(ordinal) if form else None
+    if m is None:
+        land = _ECLI_LAND.match(ordinal)
+        return (_iso_date(year, land.group("mmdd")[:2], land.group("mmdd")[2:]) if land else None), None
+    parts = m.groupdict()
+    if parts.get("date"):
+        date = _iso_date(int(parts["date"][:4]), parts["date"][4:6], parts["date"][6:])
+    else:
+        ddmmyy = parts["ddmmyy"]
+        date = _iso_date(year // 100 * 100 + int(ddmmyy[4:]), ddmmyy[2:4], ddmmyy[:2])
+    reg = parts["reg"]
+    reg = _ECLI_REGISTERS.get(reg) or (re.sub(r"^(P?)BV", r"\1Bv", reg) if court_code == "BVERFG" else reg)
+    lead = [x for x in ((("B " if court_code == "BSG" else "") + (parts.get("chamber") or "")).strip(), reg) if x]
+    suffix = f" {parts['suffix']}" if parts.get("suffix") else ""
+    return date, f"{' '.join(lead)} {int(parts['num'])}/{parts['yy']}{suffix}"
+
+
+def _iso_date(year: int, month: str, day: str) -> str | None:
+    if not (1 <= int(month) <= 12 and 1 <= int(day) <= 31):
+        return None
+    return f"{year:04d}-{int(month):02d}-{int(day):02d}"
+
+
+# ---------------------------------------------------------------- case numbers
+
+_AZ_TRIGGER = re.compile(r"(?<![\d/.,])(?P<num>\d{1,5})(?P<sep>[/.])(?P<yy>\d{2})(?!\.?\d|/|,\d)")
+_AZ_LEAD = re.compile(
+    r"(?:(?<=[\s(\[\"'„“,;:–-])|\A)"
+    r"(?:(?P<prefix>[A-ZÄÖÜ][A-Za-z]{0,2})\s+(?=\d|[IVX]{1,4}-))?"
+    r"(?:(?P<pre2>[IVX]{1,4}|\d{1,2})-)?"
+    r"(?:(?P<chamber>\d{1,3}[a-z]?|[IVX]{1,5}[a-z]?)\s+)?"
+    r"(?P<reg>\(?[A-Za-zÄÖÜäöü]{1,6}\)?(?:\s*\([A-Za-zÄÖÜäöü]{1,5}\)|\s+[A-Za-zÄÖÜäöü]{1,6}){0,2})"
+    r"\s+\Z"
+)
+_AZ_DASH_LEAD = re.compile(r"(?:(?<=[\s(\"'])|\A)(?P<chamber>\d{1,3})\s-\s\Z")
+_LOWER_RUN = re.compile(r"[a-zäöüß]{4}")
+
+
+@cache
+def _az_suffix_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    courts = court_table()
+    words = _alternation(courts.az_suffixes)
+    brackets = _alternation(courts.az_bracket_suffixes)
+    return (
+        re.compile(rf"(?:\.[A-ZÄÖÜ]{{1,4}}|\s(?:{words}))(?![\wÄÖÜäöü-])"),
+        re.compile(rf"\s?\((?:{brackets})\)"),
+    )
+
+
+def _scan_case_numbers(text: str) -> Iterator[Identifier]:
+    courts = court_table()
+    word_suffix, bracket_suffix = _az_suffix_patterns()
+    for m in _AZ_TRIGGER.finditer(text):
+        lead = _case_number_lead(text, m.start(), courts)
+        if lead is None:
+            continue
+        start, parts, court = lead
+        end = m.end()
+        suffix = ""
+        if s := word_suffix.match(text, end):
+            suffix, end = s.group(), s.end()
+        if s := bracket_suffix.match(text, end):
+            suffix, end = suffix + " " + s.group().strip(), s.end()
+        elif "-" in parts:
+            continue  # "1 - 20/13" is a file number only with its register in brackets
+        number = f"{m.group('num')}/{m.group('yy')}"
+        normalized = " ".join([*parts, number]) + re.sub(r"\s+", " ", suffix)
+        yield Identifier(
+            kind="case_number",
+            normalized=normalized,
+            as_written=text[start:end],
+            start=start,
+            end=end,
+            court=_court_before(text, start) or court,
+            date=_date_before(text, start),
+            number=number,
+        )
+
+
+def _case_number_lead(text: str, num_start: int, courts: _CourtTable) -> tuple[int, list[str], str | None] | None:
+    """Start offset, normalized parts before the number ('XII', 'ZB') and the court the register implies."""
+    lo = max(0, num_start - 48)
+    if d := _AZ_DASH_LEAD.search(text, lo, num_start):
+        return d.start(), [d.group("chamber"), "-"], None
+    m = _AZ_LEAD.search(text, lo, num_start)
+    if m is None:
+        return None
+    reg = re.sub(r"\s*\(", " (", m.group("reg")).strip()
+    reg = re.sub(r"\s+", " ", reg)
+    tokens = reg.split()
+    if any(t in courts.az_not_registers or t.strip("()") in courts.az_not_registers or _LOWER_RUN.search(t) for t in tokens):
+        return None
+    if not any(c.isupper() for c in reg):
+        return None
+    prefix, chamber = m.group("prefix"), m.group("chamber")
+    start = m.start()
+    if prefix and prefix not in courts.az_prefixes:
+        prefix, start = None, m.start("pre2") if m.group("pre2") else m.start("chamber") if chamber else m.start("reg")
+    if chamber is None and (prefix or m.group("pre2") or reg not in courts.az_chamberless):
+        return None
+    lead = ((m.group("pre2") + "-") if m.group("pre2") else "") + (chamber or "")
+    parts = [p for p in (prefix, lead, reg) if p]
+    court = courts.az_register_courts.get(reg)
+    if court is None and prefix in ("B", "L", "S") and chamber and chamber[0].isdigit() and reg.isupper():
+        court = {"B": "BSG", "L": "LSG", "S": "SG"}[prefix]
+    return start, parts, court
+
+
+# ---------------------------------------------------------------- courts and dates near an identifier
+
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        ["Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September", "Oktober", "November", "Dezember"]
+    )
+}
+_DATE = re.compile(
+    r"(?P<d>\d{1,2})\.\s?(?:(?P<m>\d{1,2})\.\s?|(?P<mname>" + "|".join(_MONTHS) + r")\s)(?P<y>\d{4})"
+    r"|(?P<iy>\d{4})-(?P<im>\d{2})-(?P<id>\d{2})"
+)
+_PLACE = r"(?:Bad\s)?[A-ZÄÖÜ][a-zäöüß][\wäöüß]*(?:-[A-ZÄÖÜ][\wäöüß]+)*(?:\s(?:am|an der|im|in der|ob der)\s[A-ZÄÖÜ][\wäöüß]+|\s?\([A-ZÄÖÜ][\wäöüß]+\))?"
+
+
+@cache
+def _court_pattern() -> re.Pattern[str]:
+    courts = court_table()
+    types = _alternation([*courts.court_types, *courts.court_types.values()])
+    adjectives = _alternation(courts.state_adjectives)
+    regions = _alternation(courts.regions)
+    federal = _alternation(courts.federal)
+    return re.compile(
+        rf"(?P<adj>{adjectives})\s+(?P<atype>{types})(?![\w])"
+        rf"|(?P<rtype>{types})\s+(?P<region>{regions})(?![\w])"
+        rf"|(?P<ptype>{types})\s+(?P<place>{_PLACE})"
+        rf"|(?<![\w])(?P<federal>{federal})(?![\wäöü])"
+    )
+
+
+def _court_before(text: str, start: int) -> str | None:
+    last = None
+    for last in _court_pattern().finditer(text, max(0, start - 100), start):
+        pass
+    return _court_name(last) if last else None
+
+
+def _court_name(m: re.Match[str]) -> str:
+    courts = court_table()
+    if m.group("federal"):
+        return courts.federal[m.group("federal")]
+    kind = m.group("atype") or m.group("rtype") or m.group("ptype")
+    code = courts.court_types.get(kind, kind)
+    if m.group("adj"):
+        return f"{code} {courts.state_adjectives[m.group('adj')]}"
+    return f"{code} {m.group('region') or m.group('place')}"
+
+
+def _date_before(text: str, start: int) -> str | None:
+    last = None
+    for last in _DATE.finditer(text, max(0, start - 90), start):
+        pass
+    if last is None:
+        return None
+    if last.group("iy"):
+        return _iso_date(int(last.group("iy")), last.group("im"), last.group("id"))
+    month = last.group("m") or str(_MONTHS[last.group("mname")])
+    return _iso_date(int(last.group("y")), month, last.group("d"))
+
+
+# ---------------------------------------------------------------- register numbers
+
+
+@cache
+def _register_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    courts = court_table()
+    types = _alternation([*courts.register_types, "HR A", "HR B"])
+    suffixes = _alternation(courts.register_suffixes)
+    number = re.compile(
+        rf"(?<![\w-])(?:(?P<dept>\d{{1,4}})\s)?(?P<type>{types})(?:\s*-?\s*Nr\.?)?\s*(?P<num>\d{{1,7}})(?![\w]|[./]\d)"
+        rf"(?:\s(?P<suffix>{suffixes})(?![\w-]))?"
+    )
+    cue = re.compile(r"(?i:register|amtsgericht|eingetragen)|\bAG\b")
+    court = re.compile(rf"(?:Amtsgerichts?|Registergericht:?\s*(?:Amtsgericht)?|AG)[\s\"',:]+(?P<place>{_PLACE})")
+    return number, cue, court
+
+
+def _scan_registers(text: str) -> Iterator[Identifier]:
+    courts = court_table()
+    number_re, cue_re, _ = _register_patterns()
+    for m in number_re.finditer(text):
+        register = m.group("type").replace(" ", "")
+        window = text[max(0, m.start() - 100) : m.end() + 60]
+        if register in courts.register_types_needing_cue and not cue_re.search(window):
+            continue
+        normalized = f"{register} {m.group('num')}" + (f" {m.group('suffix')}" if m.group("suffix") else "")
+        start = m.start("type")
+        yield Identifier(
+            kind="register_number",
+            normalized=normalized,
+            as_written=text[start : m.end()],
+            start=start,
+            end=m.end(),
+            register_type=register,
+            number=m.group("num"),
+            court=_register_court(text, start, m.end()),
+        )
+
+
+def _register_court(text: str, start: int, end: int) -> str | None:
+    """The Amtsgericht named nearest to a register number, before or after it."""
+    _, _, court_re = _register_patterns()
+    lo = max(0, start - 120)
+    best: tuple[int, str] | None = None
+    for m in court_re.finditer(text, lo, min(len(text), end + 80)):
+        distance = start - m.end() if m.end() <= start else m.start() - end
+        if distance >= 0 and (best is None or distance < best[0]):
+            best = (distance, m.group("place"))
+    if best is None:
+        return None
+    place = best[1]
+    return f"AG {court_table().register_court_aliases.get(place, place)}"
