@@ -1,0 +1,75 @@
+"""The Celery application, configured from Settings; task names and queues are routed here only.
+
+Embedded mode (`broker.eager`) runs the very same tasks in-process, so the
+default install needs no broker.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from ki_core.config import Settings, get_settings
+
+# One queue per kind of work, so a flood of uploads cannot starve ACL changes.
+QUEUE_INGEST = "ki.ingest"
+QUEUE_INDEX = "ki.index"
+QUEUE_ACCESS = "ki.access"
+QUEUE_MAINTENANCE = "ki.maintenance"
+
+TASK_ROUTES = {
+    "ki.ingest": {"queue": QUEUE_INGEST},
+    "ki.process_event": {"queue": QUEUE_INGEST},
+    "ki.extract_metadata": {"queue": QUEUE_INGEST},
+    "ki.chunk_embed": {"queue": QUEUE_INDEX},
+    "ki.reindex_access": {"queue": QUEUE_ACCESS},
+    "ki.delete": {"queue": QUEUE_ACCESS},
+    "ki.sweep": {"queue": QUEUE_MAINTENANCE},
+}
+
+# Declared retry policy for transient errors (broker, database, index, gateway).
+RETRY_POLICY = {
+    "retry_backoff": 2,
+    "retry_backoff_max": 300,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
+# An embedding batch on 2 CPU cores can take minutes; a hung converter must not hold a worker forever.
+SOFT_TIME_LIMIT_SECONDS = 600
+TIME_LIMIT_SECONDS = 660
+
+
+def celery_config(settings: Settings) -> dict:
+    return {
+        "broker_url": settings.broker.url,
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_always_eager": settings.broker.eager,
+        "task_eager_propagates": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure_or_timeout": True,
+        "worker_prefetch_multiplier": 1,
+        "task_soft_time_limit": SOFT_TIME_LIMIT_SECONDS,
+        "task_time_limit": TIME_LIMIT_SECONDS,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "task_default_queue": QUEUE_INGEST,
+        "task_queues": [Queue(q) for q in (QUEUE_INGEST, QUEUE_INDEX, QUEUE_ACCESS, QUEUE_MAINTENANCE)],
+        "task_routes": TASK_ROUTES,
+        "broker_transport_options": {"visibility_timeout": settings.broker.visibility_timeout_seconds},
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+        "enable_utc": True,
+    }
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    app = Celery("ki")
+    app.conf.update(celery_config(settings))
+    app.autodiscover_tasks(["ki_workers"], related_name="tasks", force=True)
+    return app
+
+
+app = create_app()

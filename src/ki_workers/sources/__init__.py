@@ -1,0 +1,1 @@
+"""Where the pipeline reads documents from: a local folder, or a DMS via its events."""

@@ -1,0 +1,94 @@
+"""A local folder as a source, with an optional manifest describing versions and relations.
+
+The manifest lets a firm without a DMS express what a DMS would tell us: which
+files are versions of one document, their status, matter, date and relations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ki_core.models import RelationKind, VersionStatus
+
+MANIFEST_NAMES = ("ki-manifest.json", "manifest.json")
+
+
+class ManifestError(ValueError):
+    """The manifest is present but unreadable or invalid; the message names the field."""
+
+
+class ManifestRelation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["annex_of", "responds_to", "references", "thread"]
+    # The target's document key (or its path, which maps to a key).
+    target: str
+
+    @property
+    def relation_kind(self) -> RelationKind:
+        return RelationKind(self.kind)
+
+
+class ManifestEntry(BaseModel):
+    """What the manifest says about one file; every field optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    document: str | None = None
+    version: str | None = None
+    status: VersionStatus = VersionStatus.UNKNOWN
+    matter: str | None = None
+    title: str | None = None
+    doc_date: date | None = None
+    language: str | None = None
+    relations: list[ManifestRelation] = Field(default_factory=list)
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    files: list[ManifestEntry] = Field(default_factory=list)
+
+    def entry_for(self, relative_path: str) -> ManifestEntry:
+        for entry in self.files:
+            if entry.path == relative_path:
+                return entry
+        return ManifestEntry(path=relative_path)
+
+
+def load_manifest(root: Path) -> tuple[Manifest, Path | None]:
+    for name in MANIFEST_NAMES:
+        path = root / name
+        if path.is_file():
+            try:
+                return Manifest.model_validate(json.loads(path.read_text(encoding="utf-8"))), path
+            except json.JSONDecodeError as exc:
+                raise ManifestError(f"{path}: not valid JSON ({exc})") from None
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ManifestError(f"{path}: {where}: {first['msg']}") from None
+    return Manifest(), None
+
+
+def document_key(entry: ManifestEntry) -> str:
+    """Files without a manifest key are their own document, keyed by path without suffix."""
+    return entry.document or str(Path(entry.path).with_suffix(""))
+
+
+def iter_files(root: Path) -> Iterator[Path]:
+    """Every regular file under root in a stable order, without hidden files or the manifest."""
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if not path.is_file() or any(part.startswith(".") for part in relative.parts):
+            continue
+        if len(relative.parts) == 1 and relative.name in MANIFEST_NAMES:
+            continue
+        yield path

@@ -1,0 +1,236 @@
+"""Ingest: from source bytes to a DocumentVersion with its observation.
+
+Identical bytes are the same version: no new rows, no conversion, no
+re-embedding. A file that cannot be converted still gets a version row in
+state `failed` with the reason, so the operator sees it and the batch goes on.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from ki_core.models import (
+    Document,
+    DocumentVersion,
+    Matter,
+    ObservationState,
+    ProcessingState,
+    Project,
+    Relation,
+    RelationKind,
+    Source,
+    SourceKind,
+    SourceObject,
+    SourceObservation,
+    VersionStatus,
+)
+from ki_core.models.base import utcnow
+from ki_workers.sources.local_fs import ManifestEntry, document_key
+
+FINAL_STATUSES = (VersionStatus.FINAL, VersionStatus.EXECUTED)
+
+
+class Outcome(enum.StrEnum):
+    NEW = "new"
+    UNCHANGED = "unchanged"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    version_id: str
+    document_id: str
+    outcome: Outcome
+    reason: str | None = None
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def get_or_create_project(session: Session, name: str) -> Project:
+    project = session.scalar(select(Project).where(Project.name == name))
+    if project is None:
+        project = Project(name=name, title=name)
+        session.add(project)
+        session.flush()
+    return project
+
+
+def get_or_create_matter(session: Session, project: Project, name: str | None) -> Matter | None:
+    if not name:
+        return None
+    matter = session.scalar(select(Matter).where(Matter.project_id == project.id, Matter.name == name))
+    if matter is None:
+        matter = Matter(project_id=project.id, name=name, title=name)
+        session.add(matter)
+        session.flush()
+    return matter
+
+
+def get_or_create_source(session: Session, name: str, kind: SourceKind, config: dict | None = None) -> Source:
+    source = session.scalar(select(Source).where(Source.name == name))
+    if source is None:
+        source = Source(name=name, kind=kind, config=config or {})
+        session.add(source)
+        session.flush()
+    elif source.kind != kind:
+        raise ValueError(f"source {name!r} exists with kind {source.kind}, not {kind}")
+    return source
+
+
+def get_or_create_object(session: Session, source: Source, external_id: str) -> SourceObject:
+    obj = session.scalar(
+        select(SourceObject).where(SourceObject.source_id == source.id, SourceObject.external_id == external_id)
+    )
+    if obj is None:
+        obj = SourceObject(source_id=source.id, external_id=external_id, title=external_id)
+        session.add(obj)
+        session.flush()
+    obj.last_seen_at = utcnow()
+    obj.deleted_at = None
+    return obj
+
+
+def get_or_create_document(session: Session, project: Project, key: str) -> Document:
+    document = session.scalar(select(Document).where(Document.project_id == project.id, Document.key == key))
+    if document is None:
+        document = Document(project_id=project.id, key=key, identifiers=[])
+        session.add(document)
+        session.flush()
+    return document
+
+
+def ingest_bytes(
+    session: Session,
+    *,
+    source: Source,
+    project: Project,
+    external_id: str,
+    data: bytes,
+    entry: ManifestEntry,
+    matter_name: str | None = None,
+) -> IngestResult:
+    """Create or reuse the version for `data` as seen at `external_id`; record the observation."""
+    from ki_workers.stages.convert import ConversionError, convert
+
+    obj = get_or_create_object(session, source, external_id)
+    document = get_or_create_document(session, project, document_key(entry))
+    matter = get_or_create_matter(session, project, entry.matter or matter_name)
+    if matter is not None and document.matter_id is None:
+        document.matter_id = matter.id
+    if entry.title and not document.title:
+        document.title = entry.title
+    digest = content_hash(data)
+    existing = session.scalar(
+        select(DocumentVersion).where(DocumentVersion.document_id == document.id, DocumentVersion.content_hash == digest)
+    )
+    if existing is not None:
+        changed = observe(session, existing, obj)
+        outcome = Outcome.FAILED if existing.processing_state == ProcessingState.FAILED else Outcome.UNCHANGED
+        if changed and outcome is Outcome.UNCHANGED:
+            outcome = Outcome.NEW
+        return IngestResult(existing.id, document.id, outcome, existing.last_error)
+    version = _new_version(session, document, digest, entry)
+    try:
+        converted = convert(data, filename=external_id)
+    except ConversionError as exc:
+        version.processing_state = ProcessingState.FAILED
+        version.last_error = f"conversion failed: {exc}"
+        observe(session, version, obj)
+        return IngestResult(version.id, document.id, Outcome.FAILED, version.last_error)
+    version.text = converted.text
+    version.media_type = converted.media_type
+    version.language = entry.language or converted.language
+    if not document.title:
+        document.title = converted.title
+    version.processing_state = ProcessingState.CONVERTED
+    observe(session, version, obj)
+    refresh_latest_final(session, document)
+    return IngestResult(version.id, document.id, Outcome.NEW)
+
+
+def _new_version(session: Session, document: Document, digest: str, entry: ManifestEntry) -> DocumentVersion:
+    previous = session.scalar(
+        select(DocumentVersion).where(DocumentVersion.document_id == document.id).order_by(DocumentVersion.seq.desc()).limit(1)
+    )
+    seq = (session.scalar(select(func.max(DocumentVersion.seq)).where(DocumentVersion.document_id == document.id)) or 0) + 1
+    version = DocumentVersion(
+        document_id=document.id,
+        seq=seq,
+        version_label=entry.version,
+        status=entry.status,
+        previous_version_id=previous.id if previous else None,
+        doc_date=entry.doc_date,
+        content_hash=digest,
+        processing_state=ProcessingState.PENDING,
+    )
+    session.add(version)
+    session.flush()
+    if previous is not None:
+        session.add(
+            Relation(
+                kind=RelationKind.SUPERSEDES,
+                from_document_id=document.id,
+                to_document_id=document.id,
+                from_version_id=version.id,
+                to_version_id=previous.id,
+                origin="version_chain",
+            )
+        )
+    return version
+
+
+def observe(session: Session, version: DocumentVersion, obj: SourceObject) -> bool:
+    """Make `version` the active observation of `obj`; retire what the object showed before.
+
+    Returns whether anything changed (which is an access change for the index).
+    """
+    changed = False
+    others = session.scalars(
+        select(SourceObservation).where(
+            SourceObservation.source_object_id == obj.id,
+            SourceObservation.version_id != version.id,
+            SourceObservation.state == ObservationState.ACTIVE,
+        )
+    )
+    for other in others:
+        other.state = ObservationState.DELETED
+        other.deleted_at = utcnow()
+        changed = True
+    current = session.scalar(
+        select(SourceObservation).where(
+            SourceObservation.source_object_id == obj.id, SourceObservation.version_id == version.id
+        )
+    )
+    if current is None:
+        session.add(SourceObservation(version_id=version.id, source_object_id=obj.id))
+        changed = True
+    elif current.state != ObservationState.ACTIVE:
+        current.state = ObservationState.ACTIVE
+        current.deleted_at = None
+        changed = True
+    session.flush()
+    return changed
+
+
+def refresh_latest_final(session: Session, document: Document) -> str | None:
+    """The newest final or executed version that converted; collapse uses it as tiebreak."""
+    latest = session.scalar(
+        select(DocumentVersion.id)
+        .where(
+            DocumentVersion.document_id == document.id,
+            DocumentVersion.status.in_(FINAL_STATUSES),
+            DocumentVersion.processing_state != ProcessingState.FAILED,
+        )
+        .order_by(DocumentVersion.seq.desc())
+        .limit(1)
+    )
+    document.latest_final_version_id = latest
+    session.flush()
+    return latest
