@@ -1,0 +1,440 @@
+"""The embedded backend (no server): tantivy for BM25, faiss for exact kNN, SQLite for the rest.
+
+Layout under settings.embedded_index_path (`.ki/index/`):
+
+    LOCK               flock'ed by the one writer
+    text/              tantivy: text, identifiers_text, keyword filter fields, chunk_id, stamp
+    chunks.sqlite3     chunk metadata + access projection + state (generation, slots, vector file)
+    vectors-<epoch>.f32  unit vectors, one float32 row per slot, append-only
+
+A commit writes tantivy first, then appends vectors, then commits the SQLite
+transaction, which is the commit point of the vector side. Every chunk carries the
+generation that wrote it (`stamp`) on both sides; opening for write drops from each
+side whatever the other lacks or holds at another stamp, so after a crash between the
+two commits both sides hold the same chunks and the pipeline (whose watermark was not
+recorded) writes them again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
+from ki_core.search.chunk_table import Admitted, ChunkTable
+from ki_core.search.index import BulkOperation, DeleteOp, IndexOp, update_access_ops
+from ki_core.search.text_index import TextIndex
+from ki_core.search.types import (
+    AccessProjection,
+    BulkFailure,
+    FilterHit,
+    IndexChunk,
+    IndexDimensionMismatch,
+    Leg,
+    LegHit,
+    MultiSearchRequest,
+    MultiSearchResult,
+    ScopeFilter,
+    SearchBackendError,
+    SearchFilters,
+)
+from ki_core.search.vector_index import VectorIndex, append_rows, unit_rows, vector_problem
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = "LOCK"
+STORE_FILE = "chunks.sqlite3"
+TEXT_DIR = "text"
+# Rewrite the vector file once dead slots (deleted or rewritten chunks) are both many and a
+# large share: below that, skipping them in the mask costs less than rewriting every vector.
+COMPACT_MIN_DEAD = 10_000
+COMPACT_DEAD_SHARE = 0.3
+_COPY_BLOCK_ROWS = 16_384
+_ABSENT = object()
+
+
+class IndexLockedError(RuntimeError):
+    """Another process holds the embedded index's writer lock."""
+
+    def __init__(self, lock_path: Path):
+        self.lock_path = lock_path
+        super().__init__(
+            f"the embedded search index is being written by another process (lock {lock_path} is held); "
+            "it has a single writer: open it read-only, or stop the other writer"
+        )
+
+
+def acquire_writer_lock(lock_path: Path) -> int:
+    """An exclusive flock held for the writer's lifetime; the kernel releases it if the process dies."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise IndexLockedError(lock_path) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+@dataclass
+class CommitPlan:
+    """The net effect of a batch of operations, per chunk id, in operation order."""
+
+    final: dict[int, IndexChunk | None] = field(default_factory=dict)
+    access: dict[int, AccessProjection] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+def with_access(chunk: IndexChunk, projection: AccessProjection) -> IndexChunk:
+    return chunk.model_copy(
+        update={
+            "allowed_principals": projection.allowed_principals,
+            "denied_principals": projection.denied_principals,
+            "access_version": projection.access_version,
+        }
+    )
+
+
+def plan_commit(operations: Iterable[BulkOperation], *, exists: Any, dimensions: int) -> CommitPlan:
+    """Net per-chunk outcome: later operations win; invalid items fail without stopping the rest."""
+    plan = CommitPlan()
+    for op in operations:
+        if isinstance(op, IndexOp):
+            problem = vector_problem(op.chunk.embedding, dimensions)
+            if problem:
+                plan.failed[op.chunk.chunk_id] = problem
+                continue
+            plan.final[op.chunk.chunk_id] = op.chunk
+            plan.access.pop(op.chunk.chunk_id, None)
+        elif isinstance(op, DeleteOp):
+            plan.final[op.chunk_id] = None
+            plan.access.pop(op.chunk_id, None)
+        else:
+            _plan_access(plan, op.projection, exists)
+    return plan
+
+
+def _plan_access(plan: CommitPlan, projection: AccessProjection, exists: Any) -> None:
+    for chunk_id in projection.chunk_ids:
+        pending = plan.final.get(chunk_id, _ABSENT)
+        if pending is None or (pending is _ABSENT and not exists(chunk_id)):
+            plan.failed[chunk_id] = "document_missing: chunk is not in the index"
+        elif pending is _ABSENT:
+            plan.access[chunk_id] = projection
+        else:
+            plan.final[chunk_id] = with_access(pending, projection)  # type: ignore[arg-type]
+
+
+def batched(operations: list[BulkOperation], chunks_per_commit: int) -> Iterator[list[BulkOperation]]:
+    batch: list[BulkOperation] = []
+    size = 0
+    for op in operations:
+        batch.append(op)
+        size += len(op.chunk_ids)
+        if size >= chunks_per_commit:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+class EmbeddedIndex:
+    """SearchIndex in a local directory: one writer (flock), any number of read-only readers."""
+
+    def __init__(self, path: Path, *, dimensions: int, read_only: bool = False, commit_batch_chunks: int = 2000):
+        self.path = Path(path)
+        self.dimensions = dimensions
+        self.read_only = read_only
+        self.commit_batch_chunks = commit_batch_chunks
+        self._mutex = threading.RLock()
+        self._lock_fd: int | None = None
+        if not read_only:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = acquire_writer_lock(self.path / LOCK_FILE)
+        self._store: ChunkStore | None = None
+        self._text: TextIndex | None = None
+        self.vectors = VectorIndex(dimensions)
+        self.table = ChunkTable()
+        self._loaded: StoreState | None = None
+
+    def __enter__(self) -> EmbeddedIndex:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- lifecycle
+
+    def ensure(self) -> None:
+        with self._mutex:
+            self._ready()
+
+    def _ready(self) -> None:
+        """Open on first use (ensure() is idempotent); readers then catch up with the writer."""
+        if self._loaded is None:
+            self._open()
+        elif self.read_only:
+            self._catch_up()
+
+    def _open(self) -> None:
+        store_path = self.path / STORE_FILE
+        if self.read_only and not store_path.exists():
+            raise SearchBackendError(f"no embedded search index at {self.path} yet; a writer creates it")
+        store = ChunkStore(store_path, writable=not self.read_only)
+        try:
+            if store.state() is None:
+                store.initialize(self.dimensions)
+            self._check_dimension(store.state())  # type: ignore[arg-type]
+            self._text = TextIndex(self.path / TEXT_DIR, writable=not self.read_only)
+        except BaseException:
+            store.close()
+            raise
+        self._store = store
+        if not self.read_only:
+            self._reconcile()
+        self._load_all()
+
+    def _check_dimension(self, state: StoreState) -> None:
+        if state.dimensions != self.dimensions:
+            raise IndexDimensionMismatch(
+                f"the search index at {self.path} holds {state.dimensions}-dimensional vectors but the "
+                f"configured embedder produces {self.dimensions}; run `ki reindex` to rebuild it"
+            )
+
+    def refresh(self) -> None:
+        """Writes are committed by bulk; this makes a reader see the writer's latest commit."""
+        with self._mutex:
+            self._ready()
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._text is not None:
+                self._text.close()
+                self._text = None
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+            self._loaded = None
+
+    @property
+    def text(self) -> TextIndex:
+        assert self._text is not None, "index is closed"
+        return self._text
+
+    @property
+    def store(self) -> ChunkStore:
+        assert self._store is not None, "index is closed"
+        return self._store
+
+    # ----------------------------------------------------------- load / sync
+
+    def _load_all(self) -> None:
+        state, rows = self.store.snapshot(changed_after=-1, only_alive=True)
+        self.table = ChunkTable()
+        self.table.grow(state.slots)
+        self.table.apply(rows)
+        self.vectors.reset()
+        self.vectors.load(self.path / state.vectors_file, state.slots)
+        self._loaded = state
+
+    def _catch_up(self) -> None:
+        """Apply what commits after the loaded generation changed (all of it after a compaction)."""
+        loaded = self._loaded
+        assert loaded is not None
+        state = self.store.state()
+        if state == loaded:
+            return
+        if state is None or state.epoch != loaded.epoch:
+            self._load_all()
+        else:
+            state, rows = self.store.snapshot(changed_after=loaded.generation)
+            self.table.grow(state.slots)
+            self.table.apply(rows)
+            self.vectors.load(self.path / state.vectors_file, state.slots)
+            self._loaded = state
+        self.text.reload()
+
+    def _reconcile(self) -> None:
+        """Drop from each side the chunks the other lacks or holds at another stamp."""
+        text_stamps = self.text.stamps()
+        row_stamps = self.store.alive_stamps()
+        text_only = [c for c, stamp in text_stamps.items() if row_stamps.get(c) != stamp]
+        rows_only = [c for c, stamp in row_stamps.items() if text_stamps.get(c) != stamp]
+        if text_only:
+            self.text.replace(text_only, ())
+            self.text.commit()
+        state = self.store.state()
+        assert state is not None
+        if rows_only:
+            self.store.commit(Commit(generation=state.generation + 1, slots=state.slots, killed=rows_only))
+        if text_only or rows_only:
+            log.warning(
+                "search index %s reconciled after an interrupted commit: dropped %d text-only and %d "
+                "vector-only chunks (their next index run writes them again)",
+                self.path, len(text_only), len(rows_only),
+            )  # fmt: skip
+
+    # ---------------------------------------------------------------- writes
+
+    def bulk(self, operations: Iterable[BulkOperation]) -> None:
+        with self._mutex:
+            self._require_writer()
+            failed: dict[int, str] = {}
+            for batch in batched(list(operations), self.commit_batch_chunks):
+                plan = plan_commit(batch, exists=self._exists, dimensions=self.dimensions)
+                failed.update(plan.failed)
+                self._commit_safely(plan)
+            if failed:
+                raise BulkFailure(failed)
+
+    def update_access(self, projections: Iterable[AccessProjection]) -> None:
+        self.bulk(update_access_ops(projections))
+
+    def delete_document(self, document_id: str) -> None:
+        with self._mutex:
+            self._require_writer()
+            mask = self.table.admitted(ScopeFilter(document_ids=frozenset({document_id})), None).mask
+            self.bulk([DeleteOp(int(chunk_id)) for chunk_id in self.table.chunk_id[mask]])
+
+    def _require_writer(self) -> None:
+        if self.read_only:
+            raise SearchBackendError(f"the search index at {self.path} is open read-only")
+        self._ready()
+
+    def _exists(self, chunk_id: int) -> bool:
+        return self.table.live_slot(chunk_id) is not None
+
+    def _commit_safely(self, plan: CommitPlan) -> None:
+        """Commit; if it breaks half-way, reconcile at once so this process keeps a consistent index."""
+        try:
+            self._commit(plan)
+        except BaseException:
+            try:
+                self._reconcile()
+                self._load_all()
+            except Exception as exc:  # noqa: BLE001 - the original error is the one to raise
+                log.warning("reconciling %s after a failed commit failed too: %s: %s", self.path, type(exc).__name__, exc)
+            raise
+
+    def _commit(self, plan: CommitPlan) -> None:
+        if not plan.final and not plan.access:
+            return
+        state = self._loaded
+        assert state is not None
+        generation = state.generation + 1
+        written = [chunk for chunk in plan.final.values() if chunk is not None]
+        killed = [c for c, chunk in plan.final.items() if chunk is None and self._exists(c)]
+        if plan.final:
+            self.text.replace(list(plan.final), [(chunk, generation) for chunk in written])
+            self.text.commit()
+        if written:
+            vectors = unit_rows(np.array([chunk.embedding for chunk in written], dtype=np.float32))
+            append_rows(self.path / state.vectors_file, vectors, state.slots)
+        self.store.commit(
+            Commit(
+                generation=generation,
+                slots=state.slots + len(written),
+                written=[(chunk, state.slots + i) for i, chunk in enumerate(written)],
+                killed=killed,
+                access=list(plan.access.items()),
+            )
+        )
+        self._catch_up()
+        self._compact_if_worth_it()
+
+    def _compact_if_worth_it(self) -> None:
+        state = self._loaded
+        assert state is not None
+        dead = state.slots - self.table.live_count
+        if dead >= COMPACT_MIN_DEAD and dead >= COMPACT_DEAD_SHARE * state.slots:
+            self._compact(state)
+
+    def _compact(self, state: StoreState) -> None:
+        """Copy live vectors densely into a new file and renumber slots in one store transaction."""
+        live = np.flatnonzero(self.table.alive)
+        new_file = f"vectors-{state.epoch + 1}.f32"
+        matrix = self.vectors.matrix()
+        for start in range(0, len(live), _COPY_BLOCK_ROWS):
+            append_rows(self.path / new_file, matrix[live[start : start + _COPY_BLOCK_ROWS]], start)
+        if not len(live):
+            append_rows(self.path / new_file, np.zeros((0, self.dimensions), dtype=np.float32), 0)
+        chunk_ids = self.table.chunk_id[live].tolist()
+        self.store.renumber(
+            zip(chunk_ids, range(len(live)), strict=True),
+            generation=state.generation + 1,
+            epoch=state.epoch + 1,
+            vectors_file=new_file,
+        )
+        (self.path / state.vectors_file).unlink(missing_ok=True)
+        self._load_all()
+
+    # ----------------------------------------------------------------- reads
+
+    def multi_search(self, request: MultiSearchRequest) -> MultiSearchResult:
+        with self._mutex:
+            self._ready()
+            admitted = self.table.admitted(request.scope, request.filters)
+            legs = {leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()}
+        return MultiSearchResult(legs=legs)
+
+    def _leg(self, leg: Leg, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:
+        try:
+            if admitted.count == 0:
+                return ()
+            if leg is Leg.SEMANTIC:
+                return self._semantic_leg(request, admitted)
+            return self._text_leg("text" if leg is Leg.LEXICAL else "identifiers_text", request, admitted)
+        except SearchBackendError:
+            raise
+        except Exception as exc:
+            raise SearchBackendError(f"the {leg} leg failed: {type(exc).__name__}: {exc}") from exc
+
+    def _semantic_leg(self, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:
+        vector = request.query_vector or ()
+        problem = vector_problem(vector, self.dimensions)
+        if problem:
+            raise SearchBackendError(f"the semantic leg cannot run: query {problem}")
+        slots, scores = self.vectors.nearest(np.asarray(vector, dtype=np.float32), admitted.mask, admitted.count, request.size)
+        return tuple(self.table.leg_hit(int(s), float(v), rank) for rank, (s, v) in enumerate(zip(slots, scores)))
+
+    def _text_leg(self, leg_field: str, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:
+        strict = self.text.strict_filter(request.scope, request.filters)
+        hits: list[LegHit] = []
+        for hit in self.text.ranked(leg_field, request.query_text, strict, request.size):
+            slot = self.table.live_slot(hit.chunk_id)
+            # A hit must be the chunk the table holds (same stamp) and admitted: the mask is the
+            # fail-closed backstop behind tantivy's equivalent filter.
+            if slot is None or self.table.stamp[slot] != hit.stamp or not admitted.mask[slot]:
+                continue
+            hits.append(self.table.leg_hit(slot, hit.score, len(hits)))
+        return tuple(hits)
+
+    def search_filter(
+        self, scope: ScopeFilter, filters: SearchFilters, size: int, offset: int = 0
+    ) -> list[FilterHit]:
+        with self._mutex:
+            self._ready()
+            return self.table.filter_hits(self.table.admitted(scope, filters), size, offset)
+
+    def count(self, scope: ScopeFilter | None = None, filters: SearchFilters | None = None) -> int:
+        with self._mutex:
+            self._ready()
+            return self.table.admitted(scope, filters).count
+
+    def stored_fields(self, chunk_id: int) -> dict[str, Any] | None:
+        """Every indexed field of a chunk except text and vector (inspection and export)."""
+        with self._mutex:
+            self._ready()
+            return self.store.stored_fields(chunk_id)

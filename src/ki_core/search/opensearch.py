@@ -1,0 +1,573 @@
+"""The production backend: one OpenSearch index behind an alias, written by `_bulk`, read by `_msearch`.
+
+Request bodies are built by small pure functions (`index_body`, `filter_clauses`,
+`leg_body`, `bulk_lines`, ...) so tests pin them exactly without a node. Reads and
+writes go through the alias (retrieval.index_name); the concrete index is named from
+the embedding signature, so `ki reindex` can build the next one beside it and swap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from datetime import date
+from typing import Any
+
+from opensearchpy import OpenSearch
+from opensearchpy.exceptions import OpenSearchException, RequestError
+
+from ki_core.config import OpenSearchSettings, RetrievalSettings
+from ki_core.search.index import (
+    IDENTIFIER_TOKEN_PATTERN,
+    BulkOperation,
+    DeleteOp,
+    IndexOp,
+    UpdateAccessOp,
+    update_access_ops,
+)
+from ki_core.search.types import (
+    AccessProjection,
+    BulkFailure,
+    FilterHit,
+    IndexChunk,
+    IndexDimensionMismatch,
+    Leg,
+    LegHit,
+    MultiSearchRequest,
+    MultiSearchResult,
+    ScopeFilter,
+    SearchBackendError,
+    SearchFilters,
+)
+
+# Items per _bulk request: 500 chunks of a 1536-dim embedding are about 8 MB of JSON,
+# under the default http.max_content_length (100 MB) with room for long texts.
+BULK_BATCH_ITEMS = 500
+# What a leg hit carries back; the embedding is never in a response.
+LEG_SOURCE_FIELDS = [
+    "chunk_id",
+    "document_id",
+    "document_version_id",
+    "project_id",
+    "version_status",
+    "chunk_kind",
+    "identifiers",
+]
+FILTER_SOURCE_FIELDS = [*LEG_SOURCE_FIELDS[:-1], "doc_date"]
+IDENTIFIER_ANALYZER = "ki_identifier"
+# What stored_fields returns: IndexChunk's fields without text and vector.
+STORED_FIELDS = [name for name in IndexChunk.model_fields if name not in ("text", "embedding")]
+
+_KEYWORD = {"type": "keyword"}
+_KEYWORD_FIELDS = (
+    "project_id",
+    "document_id",
+    "document_version_id",
+    "matter_id",
+    "doc_type",
+    "doc_type_ancestors",
+    "version_status",
+    "language",
+    "chunk_kind",
+    "clause_type",
+    "identifiers",
+    "allowed_principals",
+    "denied_principals",
+)
+# SearchFilters field -> indexed field it is a term on (doc_type: subtree via the ancestors).
+_TERM_FILTERS = {
+    "project_id": "project_id",
+    "matter_id": "matter_id",
+    "doc_type": "doc_type_ancestors",
+    "version_status": "version_status",
+    "language": "language",
+    "clause_type": "clause_type",
+    "chunk_kind": "chunk_kind",
+}
+
+
+def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
+    """A client from search.opensearch; `transport` reaches the connection (tests record there)."""
+    auth = None
+    if settings.username:
+        password = settings.password.get_secret_value() if settings.password else ""
+        auth = (settings.username, password)
+    return OpenSearch(
+        hosts=settings.hosts,
+        http_auth=auth,
+        use_ssl=settings.use_ssl,
+        verify_certs=settings.verify_certs,
+        ca_certs=settings.ca_certs,
+        timeout=settings.timeout_seconds,
+        max_retries=settings.max_retries,
+        retry_on_timeout=True,
+        **transport,
+    )
+
+
+def signature_index_name(base: str, signature: str) -> str:
+    """`<base>--<slug>-<hash8>`: readable, a legal index name, distinct per signature."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", signature.lower()).strip("-._")
+    digest = hashlib.sha256(signature.encode("utf-8")).hexdigest()[:8]
+    return f"{base.lower()}--{slug}-{digest}"
+
+
+# ----------------------------------------------------------------- index body
+
+
+def mapping_properties(retrieval: RetrievalSettings, dimensions: int) -> dict[str, Any]:
+    """The spec's field table; chunk_id is kept as a field for sorting and reading hits."""
+    properties: dict[str, Any] = {
+        "chunk_id": {"type": "long"},
+        "text": {"type": "text", "analyzer": "german"},
+        "embedding": {
+            "type": "knn_vector",
+            "dimension": dimensions,
+            "method": {
+                "name": "hnsw",
+                "engine": retrieval.vector_engine,
+                "space_type": retrieval.vector_space_type,
+                "parameters": {"m": retrieval.hnsw_m, "ef_construction": retrieval.hnsw_ef_construction},
+            },
+        },
+        "doc_date": {"type": "date", "format": "strict_date"},
+        "identifiers_text": {"type": "text", "analyzer": IDENTIFIER_ANALYZER},
+        "access_version": {"type": "integer"},
+        "meta": {"type": "object", "enabled": False},
+    }
+    properties.update({name: dict(_KEYWORD) for name in _KEYWORD_FIELDS})
+    return dict(sorted(properties.items()))
+
+
+def index_settings(opensearch: OpenSearchSettings) -> dict[str, Any]:
+    return {
+        "index": {
+            "knn": True,
+            "number_of_shards": opensearch.number_of_shards,
+            "number_of_replicas": opensearch.number_of_replicas,
+        },
+        "analysis": {
+            "tokenizer": {
+                IDENTIFIER_ANALYZER: {"type": "pattern", "pattern": IDENTIFIER_TOKEN_PATTERN, "group": 0}
+            },
+            "analyzer": {
+                IDENTIFIER_ANALYZER: {"type": "custom", "tokenizer": IDENTIFIER_ANALYZER, "filter": ["lowercase"]}
+            },
+        },
+    }
+
+
+def index_body(
+    retrieval: RetrievalSettings, opensearch: OpenSearchSettings, dimensions: int, alias: str | None
+) -> dict[str, Any]:
+    """Create-index body. The embedding stays in _source (a partial _update re-indexes from
+    _source, so excluding it in the mapping would drop the vector); responses exclude it."""
+    body: dict[str, Any] = {
+        "settings": index_settings(opensearch),
+        "mappings": {"dynamic": False, "properties": mapping_properties(retrieval, dimensions)},
+    }
+    if alias:
+        body["aliases"] = {alias: {}}
+    return body
+
+
+def live_dimension(properties: dict[str, Any]) -> int | None:
+    return properties.get("embedding", {}).get("dimension")
+
+
+def missing_properties(live: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """Fields the live mapping lacks: added at start-up; existing fields are never changed."""
+    return {name: spec for name, spec in wanted.items() if name not in live}
+
+
+# -------------------------------------------------------------------- filters
+
+
+def scope_clause(scope: ScopeFilter) -> dict[str, Any]:
+    """The compact scope as one clause: (projects minus exclusions) OR listed documents."""
+    if scope.match_none:
+        return {"match_none": {}}
+    should: list[dict[str, Any]] = []
+    if scope.project_ids:
+        projects: dict[str, Any] = {"filter": [{"terms": {"project_id": sorted(scope.project_ids)}}]}
+        if scope.excluded_document_ids:
+            projects["must_not"] = [{"terms": {"document_id": sorted(scope.excluded_document_ids)}}]
+        should.append({"bool": projects})
+    if scope.document_ids:
+        should.append({"terms": {"document_id": sorted(scope.document_ids)}})
+    return {"bool": {"should": should, "minimum_should_match": 1}}
+
+
+def metadata_clauses(filters: SearchFilters) -> list[dict[str, Any]]:
+    clauses: list[dict[str, Any]] = [
+        {"term": {field: value}}
+        for name, field in _TERM_FILTERS.items()
+        if (value := getattr(filters, name)) is not None
+    ]
+    if filters.date_from or filters.date_to:
+        bounds = {}
+        if filters.date_from:
+            bounds["gte"] = filters.date_from.isoformat()
+        if filters.date_to:
+            bounds["lte"] = filters.date_to.isoformat()
+        clauses.append({"range": {"doc_date": bounds}})
+    return clauses
+
+
+def filter_clauses(scope: ScopeFilter | None, filters: SearchFilters | None) -> list[dict[str, Any]]:
+    """The strict filter every leg carries: scope first, then the metadata filters."""
+    clauses = [scope_clause(scope)] if scope is not None else []
+    return clauses + (metadata_clauses(filters) if filters is not None else [])
+
+
+# ----------------------------------------------------------------------- legs
+
+
+def leg_body(leg: Leg, request: MultiSearchRequest) -> dict[str, Any]:
+    clauses = filter_clauses(request.scope, request.filters)
+    body: dict[str, Any] = {"size": request.size, "_source": LEG_SOURCE_FIELDS}
+    if leg is Leg.SEMANTIC:
+        knn = {"vector": list(request.query_vector or ()), "k": request.size}
+        knn["filter"] = {"bool": {"filter": clauses}}
+        body["query"] = {"knn": {"embedding": knn}}
+        return body
+    field = "text" if leg is Leg.LEXICAL else "identifiers_text"
+    match = {"match": {field: {"query": request.query_text}}}
+    body["query"] = {"bool": {"must": [match], "filter": clauses}}
+    return body
+
+
+def msearch_lines(index: str, request: MultiSearchRequest) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    for leg in request.legs_to_send():
+        lines += [{"index": index}, leg_body(leg, request)]
+    return lines
+
+
+def leg_hits(response: dict[str, Any]) -> tuple[LegHit, ...]:
+    return tuple(
+        LegHit(
+            chunk_id=int(hit["_id"]),
+            document_id=hit["_source"]["document_id"],
+            document_version_id=hit["_source"]["document_version_id"],
+            project_id=hit["_source"]["project_id"],
+            version_status=hit["_source"]["version_status"],
+            chunk_kind=hit["_source"]["chunk_kind"],
+            identifiers=tuple(hit["_source"].get("identifiers") or ()),
+            score=float(hit["_score"]),
+            rank=rank,
+        )
+        for rank, hit in enumerate(response["hits"]["hits"])
+    )
+
+
+def leg_error(leg: Leg, response: dict[str, Any]) -> SearchBackendError | None:
+    error = response.get("error")
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        error = f"{error.get('type')}: {error.get('reason')}"
+    return SearchBackendError(f"the {leg} leg of _msearch failed ({response.get('status')}): {error}")
+
+
+def cosine_from_knn_score(score: float, space_type: str) -> float:
+    """Undo the k-NN plugin's score transform (OpenSearch 'Spaces' table) for federation.
+
+    cosinesimil: score = (1 + cos) / 2. innerproduct: ip + 1 for ip > 0, else 1 / (1 - ip).
+    l2 is converted assuming unit vectors (|x - y|^2 = 2 - 2 cos).
+    """
+    if space_type == "cosinesimil":
+        return 2.0 * score - 1.0
+    if space_type == "innerproduct":
+        return score - 1.0 if score >= 1.0 else 1.0 - 1.0 / score
+    if space_type == "l2":
+        return 1.0 - (1.0 / score - 1.0) / 2.0
+    raise ValueError(f"no cosine for k-NN space type {space_type!r}")
+
+
+# ---------------------------------------------------------------------- writes
+
+
+def chunk_document(chunk: IndexChunk) -> dict[str, Any]:
+    """The _source of one chunk: every field of the spec's table, nulls left out."""
+    document = chunk.model_dump(exclude_none=True)
+    document["embedding"] = list(chunk.embedding)
+    document["identifiers_text"] = chunk.identifiers_text
+    if chunk.doc_date is not None:
+        document["doc_date"] = chunk.doc_date.isoformat()
+    for name in ("doc_type_ancestors", "identifiers", "allowed_principals", "denied_principals"):
+        document[name] = list(document[name])
+    return document
+
+
+def access_document(projection: AccessProjection) -> dict[str, Any]:
+    return {
+        "allowed_principals": list(projection.allowed_principals),
+        "denied_principals": list(projection.denied_principals),
+        "access_version": projection.access_version,
+    }
+
+
+def bulk_lines(operations: Iterable[BulkOperation]) -> list[dict[str, Any]]:
+    """_bulk action/source lines; the index comes from the URL (the alias)."""
+    lines: list[dict[str, Any]] = []
+    for op in operations:
+        if isinstance(op, IndexOp):
+            lines += [{"index": {"_id": str(op.chunk.chunk_id)}}, chunk_document(op.chunk)]
+        elif isinstance(op, UpdateAccessOp):
+            doc = access_document(op.projection)
+            for chunk_id in op.projection.chunk_ids:
+                lines += [{"update": {"_id": str(chunk_id), "retry_on_conflict": 3}}, {"doc": doc}]
+        else:
+            lines.append({"delete": {"_id": str(op.chunk_id)}})
+    return lines
+
+
+def bulk_failures(response: dict[str, Any]) -> dict[int, str]:
+    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure."""
+    if not response.get("errors"):
+        return {}
+    failed: dict[int, str] = {}
+    for item in response["items"]:
+        ((_, result),) = item.items()
+        error = result.get("error")
+        if error:
+            reason = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
+            failed[int(result["_id"])] = reason
+    return failed
+
+
+def _batches(operations: list[BulkOperation], size: int) -> Iterable[list[BulkOperation]]:
+    for start in range(0, len(operations), size):
+        yield operations[start : start + size]
+
+
+# --------------------------------------------------------------- filter search
+
+
+def filter_search_body(
+    scope: ScopeFilter, filters: SearchFilters, size: int, offset: int
+) -> dict[str, Any]:
+    """doc_date descending, one hit per version (collapse), ties on version id then chunk id."""
+    return {
+        "size": size,
+        "from": offset,
+        "_source": FILTER_SOURCE_FIELDS,
+        "query": {"bool": {"filter": filter_clauses(scope, filters)}},
+        "sort": [
+            {"doc_date": {"order": "desc", "missing": "_last"}},
+            {"document_version_id": {"order": "asc"}},
+            {"chunk_id": {"order": "asc"}},
+        ],
+        "collapse": {"field": "document_version_id"},
+    }
+
+
+def filter_hit(hit: dict[str, Any]) -> FilterHit:
+    source = hit["_source"]
+    return FilterHit(
+        chunk_id=int(hit["_id"]),
+        document_id=source["document_id"],
+        document_version_id=source["document_version_id"],
+        project_id=source["project_id"],
+        version_status=source["version_status"],
+        chunk_kind=source["chunk_kind"],
+        doc_date=source.get("doc_date"),
+    )
+
+
+def stored_fields_from_source(source: dict[str, Any]) -> dict[str, Any]:
+    """_source in the shape of the embedded backend's stored fields: tuples, dates, every key."""
+    fields = {name: source.get(name) for name in STORED_FIELDS}
+    for name in ("doc_type_ancestors", "identifiers", "allowed_principals", "denied_principals"):
+        fields[name] = tuple(fields[name] or ())
+    fields["doc_date"] = date.fromisoformat(fields["doc_date"]) if fields["doc_date"] else None
+    fields["meta"] = fields["meta"] or {}
+    fields["access_version"] = fields["access_version"] or 0
+    return fields
+
+
+def count_body(scope: ScopeFilter | None, filters: SearchFilters | None) -> dict[str, Any] | None:
+    clauses = filter_clauses(scope, filters)
+    return {"query": {"bool": {"filter": clauses}}} if clauses else None
+
+
+# ---------------------------------------------------------------------- index
+
+
+class OpenSearchIndex:
+    """SearchIndex over an OpenSearch alias. `target` is what reads and writes address."""
+
+    def __init__(
+        self,
+        client: OpenSearch,
+        *,
+        alias: str,
+        dimensions: int,
+        signature: str,
+        retrieval: RetrievalSettings,
+        opensearch: OpenSearchSettings,
+    ):
+        self.client = client
+        self.alias = alias
+        self.dimensions = dimensions
+        self.signature = signature
+        self.retrieval = retrieval
+        self.opensearch = opensearch
+
+    def __enter__(self) -> OpenSearchIndex:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def ensure(self) -> None:
+        """Create `<alias>--<signature>` with the alias on first start; otherwise verify."""
+        if not self._call(self.client.indices.exists, index=self.alias):
+            self._create(signature_index_name(self.alias, self.signature), alias=self.alias)
+            return
+        wanted = mapping_properties(self.retrieval, self.dimensions)
+        mappings = self._call(self.client.indices.get_mapping, index=self.alias)
+        for concrete, mapping in mappings.items():
+            live = mapping.get("mappings", {}).get("properties", {})
+            self._check_dimension(concrete, live_dimension(live))
+            missing = missing_properties(live, wanted)
+            if missing:
+                self._call(self.client.indices.put_mapping, index=concrete, body={"properties": missing})
+
+    def _create(self, name: str, alias: str | None) -> None:
+        body = index_body(self.retrieval, self.opensearch, self.dimensions, alias)
+        try:
+            self.client.indices.create(index=name, body=body)
+        except RequestError as exc:
+            if exc.error != "resource_already_exists_exception":
+                raise SearchBackendError(f"creating index {name} failed: {exc}") from exc
+        except OpenSearchException as exc:
+            raise SearchBackendError(f"creating index {name} failed: {exc}") from exc
+
+    def _check_dimension(self, concrete: str, live: int | None) -> None:
+        if live is not None and live != self.dimensions:
+            raise IndexDimensionMismatch(
+                f"index {concrete} (alias {self.alias}) holds {live}-dimensional vectors but the "
+                f"embedder {self.signature} produces {self.dimensions}; run `ki reindex` to rebuild "
+                "the index for the configured embedder"
+            )
+
+    def rebuild_into(self, new_name: str) -> OpenSearchIndex:
+        """A new, empty concrete index beside the live one, for `ki reindex` to fill."""
+        if new_name in self.alias_targets() or new_name == self.alias:
+            raise ValueError(f"{new_name} is the live index behind {self.alias}; choose a new name")
+        self._create(new_name, alias=None)
+        return OpenSearchIndex(
+            self.client,
+            alias=new_name,
+            dimensions=self.dimensions,
+            signature=self.signature,
+            retrieval=self.retrieval,
+            opensearch=self.opensearch,
+        )
+
+    def alias_targets(self) -> list[str]:
+        """Concrete indices behind the alias; [] when the alias name is itself an index or absent."""
+        if not self._call(self.client.indices.exists_alias, name=self.alias):
+            return []
+        return sorted(self._call(self.client.indices.get_alias, name=self.alias))
+
+    def swap_alias(self, new_name: str) -> None:
+        """Point the alias at new_name in one atomic _aliases call, then delete the old index."""
+        old = self.alias_targets()
+        actions: list[dict[str, Any]] = [{"add": {"index": new_name, "alias": self.alias}}]
+        if old:
+            actions += [{"remove": {"index": name, "alias": self.alias}} for name in old if name != new_name]
+        elif self._call(self.client.indices.exists, index=self.alias):
+            # A pre-alias index carries the alias's name: remove it in the same atomic call.
+            actions.append({"remove_index": {"index": self.alias}})
+        self._call(self.client.indices.update_aliases, body={"actions": actions})
+        stale = [name for name in old if name != new_name]
+        if stale:
+            self._call(self.client.indices.delete, index=",".join(stale))
+
+    def refresh(self) -> None:
+        self._call(self.client.indices.refresh, index=self.alias)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --------------------------------------------------------------- writes
+
+    def bulk(self, operations: Iterable[BulkOperation]) -> None:
+        failed: dict[int, str] = {}
+        for batch in _batches(list(operations), BULK_BATCH_ITEMS):
+            response = self._call(self.client.bulk, body=bulk_lines(batch), index=self.alias)
+            failed.update(bulk_failures(response))
+        if failed:
+            raise BulkFailure(failed)
+
+    def update_access(self, projections: Iterable[AccessProjection]) -> None:
+        self.bulk(update_access_ops(projections))
+
+    def delete_document(self, document_id: str) -> None:
+        # _delete_by_query only sees refreshed chunks: refresh first so none written just before survives.
+        self.refresh()
+        response = self._call(
+            self.client.delete_by_query,
+            index=self.alias,
+            body={"query": {"term": {"document_id": document_id}}},
+            params={"conflicts": "proceed"},
+        )
+        if response.get("failures"):
+            raise SearchBackendError(f"deleting document {document_id} failed: {response['failures'][:3]}")
+
+    # ---------------------------------------------------------------- reads
+
+    def multi_search(self, request: MultiSearchRequest) -> MultiSearchResult:
+        legs = request.legs_to_send()
+        if not legs:
+            return MultiSearchResult(legs={})
+        response = self._call(self.client.msearch, body=msearch_lines(self.alias, request))
+        results: dict[Leg, tuple[LegHit, ...]] = {}
+        for leg, leg_response in zip(legs, response["responses"], strict=True):
+            error = leg_error(leg, leg_response)
+            if error is not None:
+                raise error
+            results[leg] = leg_hits(leg_response)
+        return MultiSearchResult(legs=results)
+
+    def search_filter(
+        self, scope: ScopeFilter, filters: SearchFilters, size: int, offset: int = 0
+    ) -> list[FilterHit]:
+        if scope.match_none or size <= 0:
+            return []
+        body = filter_search_body(scope, filters, size, offset)
+        response = self._call(self.client.search, index=self.alias, body=body)
+        return [filter_hit(hit) for hit in response["hits"]["hits"]]
+
+    def count(self, scope: ScopeFilter | None = None, filters: SearchFilters | None = None) -> int:
+        response = self._call(self.client.count, index=self.alias, body=count_body(scope, filters))
+        return int(response["count"])
+
+    def stored_fields(self, chunk_id: int) -> dict[str, Any] | None:
+        """Every indexed field of a chunk except text and vector (inspection and export)."""
+        response = self._call(
+            self.client.get,
+            index=self.alias,
+            id=str(chunk_id),
+            params={"_source_excludes": "embedding,text,identifiers_text"},
+        )
+        return stored_fields_from_source(response["_source"]) if response.get("found") else None
+
+    def cosine(self, score: float) -> float:
+        """Plain cosine of a semantic LegHit.score under this index's space type."""
+        return cosine_from_knn_score(score, self.retrieval.vector_space_type)
+
+    @staticmethod
+    def _call(method: Any, **kwargs: Any) -> Any:
+        """One client call; transport and HTTP errors become SearchBackendError (nothing degrades)."""
+        try:
+            return method(**kwargs)
+        except OpenSearchException as exc:
+            raise SearchBackendError(f"OpenSearch {method.__name__} failed: {exc}") from exc
+

@@ -1,0 +1,227 @@
+"""The tantivy half of the embedded backend: BM25 on text (German) and identifiers_text.
+
+Only what ranking and filtering need is indexed; nothing is stored (the SQL chunk rows
+hold the text, the chunk table the metadata). Filter fields are raw keyword terms, so
+the compact scope becomes a handful of term sets, never one term per visible document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import tantivy
+from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
+
+from ki_core.search.index import IDENTIFIER_TOKEN_PATTERN
+from ki_core.search.types import IndexChunk, ScopeFilter, SearchFilters
+
+GERMAN = "ki_german"
+IDENTIFIER = "ki_identifier"
+# Raw (untokenized) keyword fields: every filter field of the spec.
+KEYWORD_FIELDS = (
+    "project_id",
+    "document_id",
+    "document_version_id",
+    "matter_id",
+    "doc_type",
+    "doc_type_ancestors",
+    "version_status",
+    "language",
+    "chunk_kind",
+    "clause_type",
+)
+_TERM_FILTERS = {
+    "project_id": "project_id",
+    "matter_id": "matter_id",
+    "doc_type": "doc_type_ancestors",
+    "version_status": "version_status",
+    "language": "language",
+    "clause_type": "clause_type",
+    "chunk_kind": "chunk_kind",
+}
+# Indexing buffer shared by the writer threads (tantivy needs >= 15 MB per thread).
+WRITER_HEAP_BYTES = 256_000_000
+_EPOCH = date(1970, 1, 1)
+
+
+def day_number(value: date) -> int:
+    """doc_date as days since 1970-01-01: an integer fast field ranges and sorts cheaply."""
+    return (value - _EPOCH).days
+
+
+def german_analyzer() -> tantivy.TextAnalyzer:
+    """Simple tokenizer, lowercase, German stop words and Snowball stemmer ("Verträge" -> "vertrag")."""
+    return (
+        TextAnalyzerBuilder(Tokenizer.simple())
+        .filter(Filter.remove_long(64))
+        .filter(Filter.lowercase())
+        .filter(Filter.stopword("german"))
+        .filter(Filter.stemmer("german"))
+        .build()
+    )
+
+
+def identifier_analyzer() -> tantivy.TextAnalyzer:
+    return TextAnalyzerBuilder(Tokenizer.regex(IDENTIFIER_TOKEN_PATTERN)).filter(Filter.lowercase()).build()
+
+
+def text_schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_unsigned_field("chunk_id", indexed=True, fast=True)
+    # Generation that wrote the chunk: lets a reopen find rows that the vector side lacks.
+    builder.add_unsigned_field("stamp", fast=True)
+    builder.add_text_field("text", tokenizer_name=GERMAN, index_option="freq")
+    builder.add_text_field("identifiers_text", tokenizer_name=IDENTIFIER, index_option="freq")
+    for name in KEYWORD_FIELDS:
+        builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    builder.add_integer_field("doc_date", indexed=True, fast=True)
+    return builder.build()
+
+
+def chunk_document(chunk: IndexChunk, stamp: int) -> tantivy.Document:
+    doc = tantivy.Document()
+    doc.add_unsigned("chunk_id", chunk.chunk_id)
+    doc.add_unsigned("stamp", stamp)
+    doc.add_text("text", chunk.text)
+    doc.add_text("identifiers_text", chunk.identifiers_text)
+    for name in KEYWORD_FIELDS:
+        value = getattr(chunk, name)
+        for item in value if isinstance(value, tuple) else (value,):
+            if item is not None:
+                doc.add_text(name, item)
+    if chunk.doc_date is not None:
+        doc.add_integer("doc_date", day_number(chunk.doc_date))
+    return doc
+
+
+@dataclass(frozen=True, slots=True)
+class TextHit:
+    chunk_id: int
+    stamp: int
+    score: float
+
+
+class TextIndex:
+    """One tantivy index; a writer when `writable`, otherwise reloaded on demand."""
+
+    def __init__(self, path: Path, *, writable: bool):
+        self.schema = text_schema()
+        if writable:
+            path.mkdir(parents=True, exist_ok=True)
+            self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
+        else:
+            self.index = tantivy.Index.open(str(path))
+        self.german = german_analyzer()
+        self.identifier = identifier_analyzer()
+        self.index.register_tokenizer(GERMAN, self.german)
+        self.index.register_tokenizer(IDENTIFIER, self.identifier)
+        self.index.config_reader(reload_policy="Manual")
+        self.writer = self.index.writer(WRITER_HEAP_BYTES, 0) if writable else None
+        self._filters: dict[tuple[ScopeFilter, SearchFilters], Query] = {}
+
+    # ------------------------------------------------------------------ writes
+
+    def replace(self, removed: Sequence[int], added: Iterable[tuple[IndexChunk, int]]) -> None:
+        """Stage: drop every chunk in `removed`, then add (chunk, stamp) pairs; commit() publishes."""
+        assert self.writer is not None
+        if removed:
+            self.writer.delete_documents_by_query(Query.term_set_query(self.schema, "chunk_id", list(removed)))
+        for chunk, stamp in added:
+            self.writer.add_document(chunk_document(chunk, stamp))
+
+    def commit(self) -> None:
+        assert self.writer is not None
+        self.writer.commit()
+        self.index.reload()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.wait_merging_threads()
+            self.writer = None
+
+    def reload(self) -> None:
+        self.index.reload()
+
+    # ------------------------------------------------------------------- reads
+
+    def stamps(self) -> dict[int, int]:
+        """chunk_id -> stamp of every live document (for reconciling with the vector side)."""
+        searcher = self.index.searcher()
+        if searcher.num_docs == 0:
+            return {}
+        addresses = [address for _, address in searcher.search(Query.all_query(), searcher.num_docs).hits]
+        ids = searcher.fast_field_values("chunk_id", addresses)
+        stamps = searcher.fast_field_values("stamp", addresses)
+        return dict(zip(ids, stamps, strict=True))
+
+    def ranked(self, leg_field: str, query_text: str, strict_filter: Query, limit: int) -> list[TextHit]:
+        """BM25 top `limit` on one field inside the filter (the filter adds no score)."""
+        matcher = self.match_query(leg_field, query_text)
+        if matcher is None:
+            return []
+        query = Query.boolean_query(
+            [(Occur.Must, matcher), (Occur.Must, Query.const_score_query(strict_filter, 0.0))]
+        )
+        searcher = self.index.searcher()
+        hits = searcher.search(query, limit, count=False).hits
+        if not hits:
+            return []
+        addresses = [address for _, address in hits]
+        ids = searcher.fast_field_values("chunk_id", addresses)
+        stamps = searcher.fast_field_values("stamp", addresses)
+        return [TextHit(c, s, score) for (score, _), c, s in zip(hits, ids, stamps, strict=True)]
+
+    def match_query(self, leg_field: str, query_text: str) -> Query | None:
+        """OR of the analyzed query tokens, like OpenSearch's `match` (no query syntax, no regex parsing)."""
+        analyzer = self.german if leg_field == "text" else self.identifier
+        tokens = analyzer.analyze(query_text)
+        if not tokens:
+            return None
+        return Query.boolean_query(
+            [(Occur.Should, Query.term_query(self.schema, leg_field, token, index_option="freq")) for token in tokens]
+        )
+
+    # ----------------------------------------------------------------- filters
+
+    def strict_filter(self, scope: ScopeFilter, filters: SearchFilters) -> Query:
+        """The scope and metadata filters as one tantivy query, cached: building a large term set costs ms."""
+        key = (scope, filters)
+        query = self._filters.get(key)
+        if query is None:
+            clauses = [self.scope_query(scope), *self.metadata_queries(filters)]
+            query = clauses[0] if len(clauses) == 1 else Query.boolean_query([(Occur.Must, c) for c in clauses])
+            if len(self._filters) >= 256:
+                self._filters.pop(next(iter(self._filters)))
+            self._filters[key] = query
+        return query
+
+    def scope_query(self, scope: ScopeFilter) -> Query:
+        if scope.match_none:
+            return Query.empty_query()
+        branches: list[Query] = []
+        if scope.project_ids:
+            projects = Query.term_set_query(self.schema, "project_id", sorted(scope.project_ids))
+            if scope.excluded_document_ids:
+                excluded = Query.term_set_query(self.schema, "document_id", sorted(scope.excluded_document_ids))
+                projects = Query.boolean_query([(Occur.Must, projects), (Occur.MustNot, excluded)])
+            branches.append(projects)
+        if scope.document_ids:
+            branches.append(Query.term_set_query(self.schema, "document_id", sorted(scope.document_ids)))
+        if len(branches) == 1:
+            return branches[0]
+        return Query.boolean_query([(Occur.Should, branch) for branch in branches])
+
+    def metadata_queries(self, filters: SearchFilters) -> list[Query]:
+        queries = [
+            Query.term_query(self.schema, field, value, index_option="basic")
+            for name, field in _TERM_FILTERS.items()
+            if (value := getattr(filters, name)) is not None
+        ]
+        if filters.date_from or filters.date_to:
+            low = day_number(filters.date_from) if filters.date_from else None
+            high = day_number(filters.date_to) if filters.date_to else None
+            queries.append(Query.range_query(self.schema, "doc_date", tantivy.FieldType.Integer, low, high))
+        return queries

@@ -1,0 +1,117 @@
+"""The faiss half of the embedded backend: exact inner product on unit vectors, pre-filtered.
+
+Vectors live in an append-only float32 file, one row per slot; faiss's IndexFlatIP holds
+the same rows in memory, so faiss row number == slot. A rewritten chunk gets a new slot
+and its old slot is simply never admitted again (the chunk table's `alive` column), until
+compaction rewrites the file. Appending keeps a commit at O(new rows) instead of rewriting
+every vector (153 MB at 100k x 384) per commit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+# Below this admitted fraction faiss scans with an IDSelectorBitmap (cost ~ admitted rows);
+# above it one multi-threaded BLAS mat-vec over all rows plus a mask is cheaper. Measured at
+# 100k x 384 on 2 cores: bitmap 1.3 ms at 10 %, 4.7 ms at 40 %, 11 ms at 90 %; mat-vec 5.5 ms flat.
+DENSE_FRACTION = 0.4
+_FLOAT_BYTES = 4
+
+
+def vector_problem(embedding: Sequence[float], dimensions: int) -> str | None:
+    """Why a vector cannot be indexed, or None: wrong length, not finite, or zero (no direction)."""
+    if len(embedding) != dimensions:
+        return f"embedding has {len(embedding)} dimensions, the index holds {dimensions}"
+    norm = math.fsum(x * x for x in embedding)
+    if not math.isfinite(norm):
+        return "embedding contains a non-finite value"
+    if norm == 0.0:
+        return "embedding is the zero vector"
+    return None
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalized float32 rows, so inner product == cosine."""
+    matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return np.ascontiguousarray(matrix / norms, dtype=np.float32)
+
+
+def append_rows(path: Path, rows: np.ndarray, start_slot: int) -> None:
+    """Write rows at slot `start_slot` (dropping any tail a crashed commit left) and fsync."""
+    with open(path, "r+b" if path.exists() else "wb") as handle:
+        handle.truncate(start_slot * rows.shape[1] * _FLOAT_BYTES)
+        handle.seek(0, os.SEEK_END)
+        handle.write(np.ascontiguousarray(rows, dtype=np.float32).tobytes())
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_rows(path: Path, dimensions: int, start: int, stop: int) -> np.ndarray:
+    if stop <= start:
+        return np.zeros((0, dimensions), dtype=np.float32)
+    count = (stop - start) * dimensions
+    data = np.fromfile(path, dtype=np.float32, count=count, offset=start * dimensions * _FLOAT_BYTES)
+    if data.size != count:
+        raise OSError(f"{path} holds fewer than {stop} vectors; the index files are inconsistent")
+    return data.reshape(stop - start, dimensions)
+
+
+class VectorIndex:
+    """Slot-addressed unit vectors and the filtered exact top-k over them."""
+
+    def __init__(self, dimensions: int):
+        self.dimensions = dimensions
+        self.flat = faiss.IndexFlatIP(dimensions)
+
+    @property
+    def size(self) -> int:
+        return self.flat.ntotal
+
+    def reset(self) -> None:
+        self.flat.reset()
+
+    def load(self, path: Path, stop: int) -> None:
+        """Catch up with the file: add the slots [size, stop)."""
+        rows = read_rows(path, self.dimensions, self.size, stop)
+        if len(rows):
+            self.flat.add(rows)
+
+    def matrix(self) -> np.ndarray:
+        """A zero-copy view of faiss's rows (valid until the next add)."""
+        pointer = faiss.rev_swig_ptr(self.flat.get_xb(), self.size * self.dimensions)
+        return pointer.reshape(self.size, self.dimensions)
+
+    def nearest(self, query: np.ndarray, admitted: np.ndarray, admitted_count: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, cosine scores) of the k admitted rows closest to `query`, best first.
+
+        `admitted` is a boolean mask over slots; rows outside it are never scored.
+        """
+        if admitted_count == 0 or self.size == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        unit = unit_rows(query.reshape(1, -1))
+        k = min(k, admitted_count)
+        if admitted_count < DENSE_FRACTION * self.size:
+            return self._bitmap_search(unit, admitted, k)
+        return self._dense_search(unit[0], admitted, k)
+
+    def _bitmap_search(self, unit: np.ndarray, admitted: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        bits = np.packbits(admitted[: self.size], bitorder="little")
+        selector = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))
+        scores, slots = self.flat.search(unit, k, params=faiss.SearchParameters(sel=selector))
+        found = slots[0] >= 0
+        return slots[0][found], scores[0][found]
+
+    def _dense_search(self, unit: np.ndarray, admitted: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores = self.matrix() @ unit
+        scores[~admitted[: self.size]] = -np.inf
+        top = np.argpartition(scores, -k)[-k:] if k < len(scores) else np.arange(len(scores))
+        top = top[np.lexsort((top, -scores[top]))]
+        top = top[np.isfinite(scores[top])]
+        return top.astype(np.int64), scores[top]
