@@ -136,8 +136,8 @@ class _LawTable:
     by_abbr_folded: dict[str, Law]
     by_name: dict[str, Law]  # casefolded full names and their inflected forms
     by_celex: dict[str, Law]
-    max_abbr_words: int
-    max_name_words: int
+    # casefolded first word -> word counts of the names and abbreviations that start with it, longest first
+    lengths: dict[str, tuple[int, ...]]
 
 
 def _name_key(words: Iterable[str]) -> str:
@@ -166,13 +166,16 @@ def law_table() -> _LawTable:
             by_name.setdefault(_name_key(name.split()), law)
         if law.celex and not law.article_celex_prefix:
             by_celex[law.celex] = law
+    lengths: dict[str, set[int]] = {}
+    for key in [*by_name, *by_abbr]:
+        words = key.split()
+        lengths.setdefault(_name_key(words[:1]), set()).add(len(words))
     return _LawTable(
         by_abbr=by_abbr,
         by_abbr_folded={k.casefold(): v for k, v in by_abbr.items() if len(k) >= 4},
         by_name=by_name,
         by_celex=by_celex,
-        max_abbr_words=max(len(k.split()) for k in by_abbr),
-        max_name_words=max(len(k.split()) for k in by_name),
+        lengths={k: tuple(sorted(v, reverse=True)) for k, v in lengths.items()},
     )
 
 
@@ -230,17 +233,20 @@ def _alternation(words: Iterable[str]) -> str:
 
 # ---------------------------------------------------------------- statutes
 
-SEC, SUBSEC, ABS, UABS, SATZ, HS, NR, BUCHST, DBUCHST, ALT = range(10)
+# levels of a citation; PART is "Art. 13 Teil B"
+SEC, SUBSEC, PART, ABS, UABS, SATZ, HS, NR, BUCHST, DBUCHST, ALT = range(11)
 
 _WS = re.compile(r"\s*")
+# Trigger regexes start with a literal or a character class so that `re` can skip ahead fast;
+# the "not inside a word" condition is checked in Python (`_at_word_start`), not by a lookbehind.
 _STATUTE_HEAD = re.compile(
-    r"(?P<par>§§?|\bParagra(?:ph|f)(?:en|s)?\b)(?=\s*\d)"
-    r"|\b(?P<art>Artikeln?s?|Artt?\.|Art|Articles?)(?=\s*\d)"
+    r"(?=[§PA])(?:(?P<par>§§?|Paragra(?:ph|f)(?:en|s)?\b)(?=\s*\d)|(?P<art>Art(?:ikeln?s?|t?\.|icles?)?)(?=\s*\d))"
 )
 _REL_HEAD = re.compile(r"\b(?:Absatz|Absätze|Abs\.)(?=\s*\d)")
 _SEC_NUM = re.compile(r"(\d{1,4})(?:([a-z])(?![a-zäöüß])|\s([a-z])(?![\w.]))?(?!\d|[./]\d)")
 _NUM_VALUE = re.compile(r"(\d{1,3}[a-z]?)(?![a-zäöüß\d]|[./]\d)")
-_LETTER_VALUE = re.compile(r"([a-z])\1?(?![a-zäöüß])")
+_LETTER_VALUE = re.compile(r"(?P<v>([a-z])\2?)(?![a-zäöüß])(?:\)(?=\s))?")
+_PART_VALUE = re.compile(r"(?P<v>[A-Z]|[IVX]{1,4}|\d{1,2})(?![\w])")
 _ROMAN = re.compile(r"(X{0,2}(?:IX|IV|V?I{0,3}))(?![\w.])")
 _DESIGNATOR = re.compile(
     r"(?:(?P<uabs>U(?:nter)?[Aa]bs(?:atz|\.)?)"
@@ -250,7 +256,8 @@ _DESIGNATOR = re.compile(
     r"|(?P<nr>Nrn?\.?|Nummern?|Ziff(?:ern|er|\.)?)"
     r"|(?P<dbuchst>Doppelbuchst(?:aben|abe|\.)|Dbuchst\.)"
     r"|(?P<buchst>Buchst(?:aben|abe|\.)?|lit\.?|Bst\.)"
-    r"|(?P<alt>Alt(?:ernative|\.)?|Var(?:iante|\.)?))"
+    r"|(?P<alt>Alt(?:ernative|\.)?|Var(?:iante|\.)?)"
+    r"|(?P<teil>Teil))"
     r"(?:(?<=\.)|(?![A-Za-zäöüßÄÖÜ]))\s*"
 )
 _DESIGNATOR_LEVELS = {
@@ -262,7 +269,16 @@ _DESIGNATOR_LEVELS = {
     "buchst": (BUCHST, "Buchst."),
     "dbuchst": (DBUCHST, "Doppelbuchst."),
     "alt": (ALT, "Alt."),
+    "teil": (PART, "Teil"),
 }
+# "Satz 1 erster Halbsatz", "Abs. 1 zweite Alternative", "2. Alt."
+_ORDINAL_DESIGNATOR = re.compile(
+    r"\s*(?:(?P<word>erste|zweite|dritte|vierte)[rnsm]?|(?P<num>\d)\.)\s*"
+    r"(?P<what>Halbsatz(?:es)?|Halbs\.|Hs\.|Alternative|Alt\.|Variante|Var\.)(?![\w])"
+)
+_ORDINALS = {"erste": "1", "zweite": "2", "dritte": "3", "vierte": "4"}
+# "Nr. 3 a)": a letter item of a numbered item
+_ENUM_LETTER = re.compile(r" ?(?P<v>[a-z])\)(?=[\s,;.])")
 _LETTER_LEVELS = (BUCHST, DBUCHST)
 _PAREN_VALUE = re.compile(r" ?\((?:(?P<num>\d{1,3}[a-z]?)|(?P<letter>[a-z]{1,2}))\)")
 _NESTED_SEC = re.compile(r"\s*§\s*(\d{1,4}[a-z]?)(?!\d)")
@@ -277,7 +293,8 @@ _GROUP_SEP = re.compile(
 )
 # "SozR 4-2500 § 13 Nr 33", "Buchholz 406.11 § 9 BauGB Nr. 74": collection numbering, not a norm
 _REPORTER_BEFORE = re.compile(r"(?:SozR|Buchholz|BVerwGE)\s*[\d.\-–]*\s*\Z")
-_ARTICLE_WORDS = frozenset({"des", "der", "dem", "den", "im", "zum", "zur", "vom", "nach"})
+_ARTICLE_WORDS = frozenset({"des", "der", "dem", "den", "im", "zum", "zur", "vom"})
+_DETERMINERS = _ARTICLE_WORDS | {"dieses", "dieser", "diesem", "seines", "seiner", "ihres", "ihrer", "eines", "einer", "jenes"}
 _THIS_LAW = re.compile(r"\s*(?:dieses|dieser|diesem)\s+(?:Gesetzes|Gesetz|Verordnung|Gesetzbuchs|Gesetzbuches|Buches|Code)(?![\w])")
 _INSTRUMENT_NOUN = re.compile(
     r"(?:gesetz|gesetzes|gesetzbuch|gesetzbuchs|gesetzbuches|ordnung|verordnung|vertrag|vertrages|vertrags|"
@@ -288,6 +305,7 @@ _PAREN_ABBR_AFTER_NAME = re.compile(
     r"(?:\((?P<a>[A-ZÄÖÜ][\w./-]{1,15})\)|--\s*(?P<b>[A-ZÄÖÜ][\w./-]{1,15})\s*--)"
 )
 _LAW_WORD = re.compile(r"[^\s]+")
+_TRAILING = ".,;:)\"'"
 _GENERIC_ABBR = re.compile(r"[A-ZÄÖÜ][A-Za-zÄÖÜäöüß]{0,12}(?:-[A-Za-zÄÖÜäöüß]{1,8})?(?:G|O|V|VO|GB|B)")
 _LAW_YEAR = re.compile(r"\s(?:1[89]|20)\d\d(?![\d]|[.,/]\d)")
 _LAW_PAREN = re.compile(r"\s*(?:\((?P<a>[A-ZÄÖÜ][\w ./-]{1,15})\)|--\s*(?P<b>[A-ZÄÖÜ][\w./-]{1,15})\s*--)")
@@ -315,6 +333,8 @@ class _Chain:
     start: int
     end: int
     leaves: list[list[_Part]]
+    is_par: bool  # "§" rather than "Art."
+    plural: bool  # "§§": a bare number after a sub-level may start the next section
 
 
 @dataclass(frozen=True)
@@ -326,6 +346,10 @@ class _LawHit:
     context: bool = False  # "dieses Gesetzes": the context law, named
 
 
+def _at_word_start(text: str, pos: int, also: str = "") -> bool:
+    return pos == 0 or not (text[pos - 1].isalnum() or text[pos - 1] in also)
+
+
 def _skip_ws(text: str, pos: int) -> int:
     return _WS.match(text, pos).end()  # type: ignore[union-attr]
 
@@ -335,7 +359,7 @@ def _scan_statutes(text: str, context_law: str | None, context_section: str | No
     if context_law and context is None:
         context = Law(abbr=context_law)
     resume = 0
-    heads: list[tuple[int, re.Match[str]]] = [(m.start(), m) for m in _STATUTE_HEAD.finditer(text)]
+    heads = [(m.start(), m) for m in _STATUTE_HEAD.finditer(text) if text[m.start()] == "§" or _at_word_start(text, m.start())]
     if context_section:
         heads += [(m.start(), m) for m in _REL_HEAD.finditer(text)]
         heads.sort(key=lambda h: h[0])
@@ -343,48 +367,69 @@ def _scan_statutes(text: str, context_law: str | None, context_section: str | No
         if start < resume:
             continue
         if head.re is _REL_HEAD:
-            group = _parse_relative_group(text, head, context_section or "")
+            groups = _parse_relative_group(text, head, context_section or "")
         else:
-            group = _parse_group(text, head)
-        if group is None:
+            groups = _parse_groups(text, head)
+        if not groups:
             continue
-        chains, law_hit = group
-        resume = max(chains[-1].end, law_hit.end if law_hit else 0)
+        last_chains, last_hit = groups[-1]
+        resume = max(last_chains[-1].end, last_hit.end if last_hit else 0)
         if _REPORTER_BEFORE.search(text, max(0, start - 24), start):
             continue
-        yield from _group_identifiers(text, chains, law_hit, context)
+        for chains, law_hit in groups:
+            yield from _group_identifiers(text, chains, law_hit, context)
 
 
-def _parse_group(text: str, head: re.Match[str]) -> tuple[list[_Chain], _LawHit | None] | None:
-    """Chains joined by ',', 'und', 'i.V.m.' ... up to the law that closes them."""
+_Group = tuple[list["_Chain"], "_LawHit | None"]
+
+
+def _parse_groups(text: str, head: re.Match[str]) -> list[_Group]:
+    """Chains joined by ',', 'und', 'i.V.m.' ... up to the law that closes them.
+
+    After a law, '§§ 823 Abs. 2 BGB, 263 StGB' goes on with the next number and its own law.
+    """
     chains: list[_Chain] = []
-    while True:
-        chain = _parse_chain_at_head(text, head)
-        if chain is None:
-            break
+    chain = _parse_chain_at_head(text, head)
+    while chain is not None:
         chains.append(chain)
         hit = _law_after(text, chain.end)
         if hit is not None:
-            return chains, hit
+            return [(chains, hit), *_continue_after_law(text, chain, hit)]
         sep = _GROUP_SEP.match(text, chain.end)
         next_head = _STATUTE_HEAD.match(text, sep.end()) if sep else None
-        if next_head is None:
-            break
-        head = next_head
+        chain = _parse_chain_at_head(text, next_head) if next_head else None
     if not chains:
-        return None
-    return chains, _law_before(text, chains[0].start)
+        return []
+    return [(chains, _law_before(text, chains[0].start))]
 
 
-def _parse_relative_group(text: str, head: re.Match[str], context_section: str) -> tuple[list[_Chain], _LawHit | None] | None:
+def _continue_after_law(text: str, chain: _Chain, hit: _LawHit) -> list[_Group]:
+    groups: list[_Group] = []
+    while chain.plural and hit.law is not None:
+        sep = _LIST_SEP.match(text, hit.end)
+        m = _SEC_NUM.match(text, sep.end()) if sep else None
+        if m is None:
+            break
+        value = m.group(1) + (m.group(2) or m.group(3) or "")
+        head = _Part(SEC, chain.leaves[0][0].label, value)
+        chain = _parse_chain(text, m.start(), m.end(), [head], chain.is_par, plural=True)
+        next_hit = _law_after(text, chain.end)
+        if next_hit is None or next_hit.law is None:
+            break
+        hit = next_hit
+        groups.append(([chain], hit))
+    return groups
+
+
+def _parse_relative_group(text: str, head: re.Match[str], context_section: str) -> list[_Group]:
     m = re.match(r"\s*(§|Art\.?)\s*(\d{1,4}[a-z]?)", context_section)
     if m is None:
-        return None
+        return []
     kind = "Art." if m.group(1).startswith("Art") else "§"
     chain = _parse_chain(text, head.start(), head.start(), [_Part(SEC, kind, m.group(2))], kind == "§", plural=False)
-    if chain is None or len(chain.leaves[0]) < 2:
-        return None
-    return [chain], _law_after(text, chain.end)
+    if len(chain.leaves[0]) < 2:
+        return []
+    return [([chain], _law_after(text, chain.end))]
 
 
 def _parse_chain_at_head(text: str, head: re.Match[str]) -> _Chain | None:
@@ -402,14 +447,11 @@ def _parse_chain_at_head(text: str, head: re.Match[str]) -> _Chain | None:
 
 
 def _looks_like_kind_of(text: str, head_start: int, num_start: int, num_end: int) -> bool:
-    """'psychischer Art.\\n8\\n': the noun Art (kind) followed by a paragraph number."""
-    before = text[max(0, head_start - 16) : head_start].split()
-    if before and re.fullmatch(r"[a-zäöüß]+(?:er|en|es|em)", before[-1]) and before[-1] not in _ARTICLE_WORDS:
-        return True
+    """'psychischer Art.\\n8\\n': the noun Art (kind) followed by a paragraph number on its own line."""
     return "\n" in text[head_start:num_start] and (num_end >= len(text) or text[num_end] == "\n")
 
 
-def _parse_chain(text: str, start: int, pos: int, path: list[_Part], is_par: bool, plural: bool) -> _Chain | None:
+def _parse_chain(text: str, start: int, pos: int, path: list[_Part], is_par: bool, plural: bool) -> _Chain:
     leaves: list[list[_Part]] = []
     end = pos
     roman = False
@@ -431,6 +473,16 @@ def _parse_chain(text: str, start: int, pos: int, path: list[_Part], is_par: boo
             path.append(_Part(d[0], d[1], d[2]))
             pos = end = d[3]
             roman = False
+            continue
+        if m := _ORDINAL_DESIGNATOR.match(text, pos):
+            value = _ORDINALS[m.group("word")] if m.group("word") else m.group("num")
+            level, label = (HS, "Halbsatz") if m.group("what").startswith("H") else (ALT, "Var." if m.group("what").startswith("V") else "Alt.")
+            path.append(_Part(level, label, value))
+            pos = end = m.end()
+            continue
+        if cur.level == NR and (m := _ENUM_LETTER.match(text, pos)):
+            path.append(_Part(BUCHST, "Buchst.", m.group("v")))
+            pos = end = m.end()
             continue
         if m := _PAREN_VALUE.match(text, pos):
             part = _Part(ABS, "(", m.group("num")) if m.group("num") else _Part(BUCHST, "Buchst.", m.group("letter"))
@@ -456,7 +508,7 @@ def _parse_chain(text: str, start: int, pos: int, path: list[_Part], is_par: boo
                 continue
         break
     leaves.append(path)
-    return _Chain(start, end, leaves)
+    return _Chain(start, end, leaves, is_par, plural)
 
 
 def _after_separator(text: str, pos: int, path: list[_Part], roman: bool, plural: bool) -> tuple[list[_Part], int] | None:
@@ -515,7 +567,10 @@ def _designator_at(text: str, pos: int) -> tuple[int, str, str, int] | None:
 def _value_at(text: str, pos: int, level: int) -> tuple[str, int] | None:
     if level in _LETTER_LEVELS:
         m = _LETTER_VALUE.match(text, pos)
-        return (m.group(0), m.end()) if m else None
+        return (m.group("v"), m.end()) if m else None
+    if level == PART:
+        m = _PART_VALUE.match(text, pos)
+        return (m.group("v"), m.end()) if m else None
     if level in (SEC, SUBSEC):
         value = _sec_value_at(text, pos)
         m = _SEC_NUM.match(text, pos)
@@ -557,20 +612,33 @@ def _law_after(text: str, pos: int) -> _LawHit | None:
         act = _eu_act_from_match(m)
         if act is not None:
             return _LawHit(act, p, m.end())
-    words = _words(text, p, law_table().max_name_words + 1)
-    if not words:
-        return None
+    words = _words(text, p, 2)
     first = 1 if words[0][0] in _ARTICLE_WORDS else 0
+    if len(words) > first:
+        longest = law_table().lengths.get(_name_key([words[first][0].rstrip(_TRAILING)]), (1,))[0]
+        words = _words(text, p, first + max(longest, 3))
     hit = _lookup_law(words, first)
     if hit is not None:
         law, end = hit
         return _LawHit(law, p, _extend_law(text, end, law))
-    if first and len(words) > 1 and _INSTRUMENT_NOUN.search(words[1][0].rstrip(".,;:)").casefold()):
-        if (m := _PAREN_ABBR_AFTER_NAME.match(text, words[1][1])) is not None:
+    first = 1 if words[0][0] in _DETERMINERS else 0
+    if _names_instrument(words[first : first + 3] if first else words[:1]):
+        if (m := _PAREN_ABBR_AFTER_NAME.match(text, words[first][1])) is not None:
             abbr = m.group("a") or m.group("b")
             return _LawHit(law_table().by_abbr.get(abbr) or Law(abbr=abbr), p, m.end())
         return _LawHit(None, p, p, blocked=True)
     return None
+
+
+def _names_instrument(words: list[tuple[str, int, int]]) -> bool:
+    """'des Vertrages', 'der geänderten Satzung', 'des Gesetzes über ...': some other instrument is named."""
+    for word, _, _ in words:
+        bare = word.rstrip(_TRAILING)
+        if word[:1].isupper() and _INSTRUMENT_NOUN.search(bare.casefold()):
+            return True
+        if word[:1].isupper() or bare != word:
+            return False
+    return False
 
 
 def _words(text: str, pos: int, limit: int) -> list[tuple[str, int, int]]:
@@ -587,16 +655,18 @@ def _lookup_law(words: list[tuple[str, int, int]], first: int) -> tuple[Law, int
     table = law_table()
     if not words[first:] or not words[first][0][0].isalpha():
         return None
-    for n in range(min(table.max_name_words, len(words) - first), 0, -1):
+    word = words[first][0].rstrip(_TRAILING)
+    for n in table.lengths.get(_name_key([word]), ()):
         span = words[first : first + n]
-        if any(w.endswith((".", ";", ":", ")")) for w, _, _ in span[:-1]):
+        if len(span) < n:
             continue
-        last = span[-1][0].rstrip(".,;:)\"'")
-        key = _name_key([w for w, _, _ in span[:-1]] + [last])
-        law = table.by_name.get(key) or (table.by_abbr.get(" ".join([w for w, _, _ in span[:-1]] + [last])) if n <= table.max_abbr_words else None)
+        last = span[-1][0].rstrip(_TRAILING)
+        raw = [w for w, _, _ in span[:-1]] + [last]
+        law = table.by_abbr.get(" ".join(raw))
+        if law is None and not any(w.endswith((".", ";", ":", ")")) for w in raw[:-1]):
+            law = table.by_name.get(_name_key(raw))
         if law is not None:
             return law, span[-1][1] + len(last)
-    word = words[first][0].rstrip(".,;:)\"'")
     law = table.by_abbr_folded.get(word.casefold()) if sum(c.isupper() for c in word) >= 2 else None
     if law is None and word not in _NOT_LAWS and _GENERIC_ABBR.fullmatch(word) and sum(c.isupper() for c in word) >= 2:
         law = Law(abbr=word)
@@ -609,7 +679,8 @@ def _extend_law(text: str, end: int, law: Law) -> int:
         end = m.end()
     if m := _LAW_PAREN.match(text, end):
         abbr = (m.group("a") or m.group("b") or "").strip()
-        if law_table().by_abbr.get(abbr) in (law, None):
+        known = law_table().by_abbr.get(abbr)
+        if known is law or (known is None and _GENERIC_ABBR.fullmatch(abbr) and sum(c.isupper() for c in abbr) >= 2):
             end = m.end()
     if m := _LAW_VERSION.match(text, end):
         end = m.end()
@@ -661,7 +732,7 @@ def _statute_identifier(text: str, leaf: list[_Part], law: Law, start: int, end:
     article = leaf[0].value if leaf[0].label == "Art." else None
     rendered = [_render_part(part, law, article) for part in leaf]
     values = {part.level: part.value for part in reversed(leaf)}
-    section = " ".join(r for part, r in zip(leaf, rendered, strict=True) if part.level in (SEC, SUBSEC))
+    section = " ".join(r for part, r in zip(leaf, rendered, strict=True) if part.level in (SEC, SUBSEC, PART))
     celex = None
     if law.is_eu:
         celex = law.celex
@@ -709,20 +780,22 @@ _EU_ACT_CORE = (
 )
 _EU_ACT = re.compile(
     r"(?:" + _EU_ACT_CORE + r")"
-    r"|(?<![\w/])(?P<ba>\d{2}|\d{4})/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"
-    r"|(?i:CELEX)(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"
+    r"|(?P<ba>\d{2}|\d{4})/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"
+    r"|(?:CELEX|celex|Celex)(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"
 )
 _EU_ACT_AFTER = re.compile(
     r"(?:(?:des|der|dem|den|einer|of(?:\s+the)?)\s+)?(?:(?:[A-ZÄÖÜ][a-zäöü]*ten|\d{1,2}\.)\s+)?" + _EU_ACT_CORE
 )
 _EU_ACT_BEFORE = re.compile(_EU_ACT_CORE + r"\s*,?\s*\Z")
-_EU_CASE = re.compile(r"(?<![\w-])(?P<court>[CT])-(?P<num>\d{1,4})/(?P<yy>\d{2})(?![\d/])(?:\s?(?P<appeal>P)(?![\w]))?")
+_EU_CASE = re.compile(r"(?P<court>[CT])-(?P<num>\d{1,4})/(?P<yy>\d{2})(?![\d/])(?:\s?(?P<appeal>P)(?![\w]))?")
 _CELEX_TYPES = {"VO": "R", "RL": "L", "Beschluss": "D"}
 _CELEX = re.compile(r"(?P<sector>3)(?P<year>\d{4})(?P<type>[RLD])(?P<num>\d{1,4})")
 
 
 def _scan_eu_acts(text: str) -> Iterator[Identifier]:
     for m in _EU_ACT.finditer(text):
+        if not _at_word_start(text, m.start(), "/_-"):
+            continue
         act = _eu_act_from_match(m)
         if act is not None:
             yield Identifier(
@@ -805,6 +878,8 @@ def _dedupe_eu_acts(acts: list[Identifier], statutes: list[Identifier]) -> list[
 
 def _scan_eu_cases(text: str) -> Iterator[Identifier]:
     for m in _EU_CASE.finditer(text):
+        if not _at_word_start(text, m.start(), "_-"):
+            continue
         court = "EuGH" if m.group("court") == "C" else "EuG"
         number = f"{m.group('court')}-{m.group('num')}/{m.group('yy')}" + (" P" if m.group("appeal") else "")
         year = _year4(m.group("yy"))
@@ -817,7 +892,7 @@ def _scan_eu_cases(text: str) -> Iterator[Identifier]:
 
 # ---------------------------------------------------------------- ECLI
 
-_ECLI = re.compile(r"(?i:ECLI):(?P<country>[A-Za-z]{2}):(?P<court>[A-Za-z0-9]{1,7}):(?P<year>\d{4}):(?P<ordinal>[A-Za-z0-9.]*[A-Za-z0-9])")
+_ECLI = re.compile(r"(?:ECLI|ecli|Ecli):(?P<country>[A-Za-z]{2}):(?P<court>[A-Za-z0-9]{1,7}):(?P<year>\d{4}):(?P<ordinal>[A-Za-z0-9.]*[A-Za-z0-9])")
 _TRUNCATED = re.compile(r"\.{2,}|…")
 
 
@@ -889,7 +964,8 @@ def _iso_date(year: int, month: str, day: str) -> str | None:
 
 # ---------------------------------------------------------------- case numbers
 
-_AZ_TRIGGER = re.compile(r"(?<![\d/.,])(?P<num>\d{1,5})(?P<sep>[/.])(?P<yy>\d{2})(?!\.?\d|/|,\d)")
+# number/year ("12/19"), BVerwG number.year ("43.93"), Bavarian year.number ("19.1234", kept as written)
+_AZ_TRIGGER = re.compile(r"\d(?:\d{0,4}[/.]\d{2}|\d\.\d{3,5})(?!\.?\d|/|,\d)")
 _AZ_LEAD = re.compile(
     r"(?:(?<=[\s(\[\"'„“,;:–-])|\A)"
     r"(?:(?P<prefix>[A-ZÄÖÜ][A-Za-z]{0,2})\s+(?=\d|[IVX]{1,4}-))?"
@@ -908,8 +984,8 @@ def _az_suffix_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     words = _alternation(courts.az_suffixes)
     brackets = _alternation(courts.az_bracket_suffixes)
     return (
-        re.compile(rf"(?:\.[A-ZÄÖÜ]{{1,4}}|\s(?:{words}))(?![\wÄÖÜäöü-])"),
-        re.compile(rf"\s?\((?:{brackets})\)"),
+        re.compile(rf"(?:(?:\.[A-ZÄÖÜ]{{1,4}})+|\s(?:{words}))(?![\wÄÖÜäöü-])"),
+        re.compile(rf"\s?\((?:{brackets}|[A-ZÄÖÜ][a-zäöü]{{1,4}})\)"),
     )
 
 
@@ -917,6 +993,8 @@ def _scan_case_numbers(text: str) -> Iterator[Identifier]:
     courts = court_table()
     word_suffix, bracket_suffix = _az_suffix_patterns()
     for m in _AZ_TRIGGER.finditer(text):
+        if m.start() and text[m.start() - 1] in "0123456789/.,":
+            continue
         lead = _case_number_lead(text, m.start(), courts)
         if lead is None:
             continue
@@ -929,7 +1007,8 @@ def _scan_case_numbers(text: str) -> Iterator[Identifier]:
             suffix, end = suffix + " " + s.group().strip(), s.end()
         elif "-" in parts:
             continue  # "1 - 20/13" is a file number only with its register in brackets
-        number = f"{m.group('num')}/{m.group('yy')}"
+        num, year = re.split(r"[/.]", m.group(), maxsplit=1)
+        number = f"{num}/{year}" if len(year) == 2 else m.group()  # Bavarian year.number stays as written
         normalized = " ".join([*parts, number]) + re.sub(r"\s+", " ", suffix)
         yield Identifier(
             kind="case_number",
@@ -966,8 +1045,13 @@ def _case_number_lead(text: str, num_start: int, courts: _CourtTable) -> tuple[i
         return None
     lead = ((m.group("pre2") + "-") if m.group("pre2") else "") + (chamber or "")
     parts = [p for p in (prefix, lead, reg) if p]
+    roman_chamber = bool(chamber and chamber[0] in "IVX")
     court = courts.az_register_courts.get(reg)
-    if court is None and prefix in ("B", "L", "S") and chamber and chamber[0].isdigit() and reg.isupper():
+    if court == "BGH" and not roman_chamber and chamber:
+        court = None  # ZR/ZB senates of the BGH are Roman; "15 ZB 19.123" is a Bavarian VGH file
+    elif court is None and roman_chamber and reg in ("R", "B", "S", "E"):
+        court = "BFH"
+    elif court is None and prefix in ("B", "L", "S") and chamber and chamber[0].isdigit() and reg.isupper():
         court = {"B": "BSG", "L": "LSG", "S": "SG"}[prefix]
     return start, parts, court
 
@@ -1041,7 +1125,7 @@ def _register_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[s
     types = _alternation([*courts.register_types, "HR A", "HR B"])
     suffixes = _alternation(courts.register_suffixes)
     number = re.compile(
-        rf"(?<![\w-])(?:(?P<dept>\d{{1,4}})\s)?(?P<type>{types})(?:\s*-?\s*Nr\.?)?\s*(?P<num>\d{{1,7}})(?![\w]|[./]\d)"
+        rf"(?P<type>{types})(?:\s*-?\s*Nr\.?)?\s*(?P<num>\d{{1,7}})(?![\w]|[./]\d)"
         rf"(?:\s(?P<suffix>{suffixes})(?![\w-]))?"
     )
     cue = re.compile(r"(?i:register|amtsgericht|eingetragen)|\bAG\b")
@@ -1053,6 +1137,8 @@ def _scan_registers(text: str) -> Iterator[Identifier]:
     courts = court_table()
     number_re, cue_re, _ = _register_patterns()
     for m in number_re.finditer(text):
+        if not _at_word_start(text, m.start(), "_-"):
+            continue
         register = m.group("type").replace(" ", "")
         window = text[max(0, m.start() - 100) : m.end() + 60]
         if register in courts.register_types_needing_cue and not cue_re.search(window):
