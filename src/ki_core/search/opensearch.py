@@ -555,7 +555,7 @@ class OpenSearchIndex:
             self.client.get,
             index=self.alias,
             id=str(chunk_id),
-            params={"_source_excludes": "embedding,text,identifiers_text"},
+            params={"_source_excludes": "embedding,text,identifiers_text", "ignore": 404},
         )
         return stored_fields_from_source(response["_source"]) if response.get("found") else None
 

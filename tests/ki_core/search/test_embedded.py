@@ -1,0 +1,231 @@
+"""What only the embedded backend has: files, one writer, readers, crash recovery, two kNN paths."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import ki_core.search.embedded as embedded_module
+from ki_core.config import Settings
+from ki_core.search.chunk_store import ChunkStore
+from ki_core.search.embedded import STORE_FILE, TEXT_DIR, EmbeddedIndex, IndexLockedError
+from ki_core.search.index import DeleteOp, IndexOp, open_index
+from ki_core.search.text_index import TextIndex, identifier_analyzer
+from ki_core.search.types import (
+    BulkFailure,
+    Leg,
+    MultiSearchRequest,
+    ScopeFilter,
+    SearchBackendError,
+    SearchFilters,
+)
+from ki_core.search.vector_index import DENSE_FRACTION
+from tests.ki_core.search.conftest import DIMS, EVERYTHING, FIXTURE_CHUNKS, admitted_ids, unit_vector, write_fixture
+from tests.ki_core.search.test_contract import BY_ID, filter_sets, ids, scopes, search
+
+
+@pytest.fixture
+def index_path(tmp_path: Path) -> Path:
+    return tmp_path / "index"
+
+
+@pytest.fixture
+def writer(index_path: Path):
+    index = EmbeddedIndex(index_path, dimensions=DIMS)
+    index.ensure()
+    yield index
+    index.close()
+
+
+def consistent(path: Path) -> bool:
+    """Both sides hold the same chunks at the same stamps."""
+    text = TextIndex(path / TEXT_DIR, writable=False)
+    store = ChunkStore(path / STORE_FILE, writable=False)
+    try:
+        return text.stamps() == store.alive_stamps()
+    finally:
+        store.close()
+
+
+def test_open_index_builds_the_embedded_backend_under_the_state_dir(tmp_path: Path) -> None:
+    settings = Settings(state_dir=str(tmp_path / ".ki"), embedding={"provider": "hashing", "dimensions": DIMS})
+    with open_index(settings) as index:
+        assert isinstance(index, EmbeddedIndex)
+        index.ensure()
+        assert index.path == tmp_path / ".ki" / "index"
+        assert (index.path / STORE_FILE).exists()
+
+
+def test_the_index_persists_across_reopen(index_path: Path, writer: EmbeddedIndex) -> None:
+    write_fixture(writer)
+    before = search(writer, "Kündigungsfrist", vector=BY_ID[110].embedding)
+    writer.close()
+    with EmbeddedIndex(index_path, dimensions=DIMS) as reopened:
+        after = search(reopened, "Kündigungsfrist", vector=BY_ID[110].embedding)
+        assert reopened.count() == len(FIXTURE_CHUNKS)
+    assert after == before
+
+
+def test_a_second_writer_is_refused_with_the_lock_path(index_path: Path, writer: EmbeddedIndex) -> None:
+    with pytest.raises(IndexLockedError, match=str(index_path / "LOCK")):
+        EmbeddedIndex(index_path, dimensions=DIMS)
+    writer.close()
+    EmbeddedIndex(index_path, dimensions=DIMS).close()
+
+
+def test_a_reader_sees_each_commit_of_the_writer(index_path: Path, writer: EmbeddedIndex) -> None:
+    write_fixture(writer)
+    with EmbeddedIndex(index_path, dimensions=DIMS, read_only=True) as reader:
+        assert reader.count() == len(FIXTURE_CHUNKS)
+        writer.delete_document("doc-kv-1")
+        writer.bulk([IndexOp(BY_ID[121].model_copy(update={"chunk_id": 700, "text": "Grundschuld bestellt"}))])
+        reader.refresh()
+        assert reader.count() == len(FIXTURE_CHUNKS) - 6 + 1
+        assert ids(search(reader, "Grundschuld").hits(Leg.LEXICAL)) == {700}
+        assert not ids(search(reader, vector=BY_ID[121].embedding).hits(Leg.SEMANTIC)) & {121, 122, 123}
+
+
+def test_a_reader_refuses_writes_and_needs_an_existing_index(index_path: Path) -> None:
+    with pytest.raises(SearchBackendError, match="no embedded search index"):
+        EmbeddedIndex(index_path, dimensions=DIMS, read_only=True).ensure()
+    EmbeddedIndex(index_path, dimensions=DIMS).close()
+    with EmbeddedIndex(index_path, dimensions=DIMS, read_only=True) as reader:
+        with pytest.raises(SearchBackendError, match="read-only"):
+            reader.bulk([DeleteOp(1)])
+
+
+@pytest.mark.parametrize(
+    ("embedding", "reason"),
+    [((1.0,) * (DIMS - 1), "dimensions"), ((0.0,) * DIMS, "zero vector"), ((float("nan"),) * DIMS, "non-finite")],
+)
+def test_an_unusable_vector_fails_its_item_with_the_reason(writer: EmbeddedIndex, embedding, reason) -> None:
+    bad = BY_ID[101].model_copy(update={"chunk_id": 5, "embedding": embedding})
+    with pytest.raises(BulkFailure, match=reason):
+        writer.bulk([IndexOp(bad), IndexOp(BY_ID[102])])
+    assert writer.count() == 1
+
+
+def test_operations_of_one_bulk_apply_in_order(writer: EmbeddedIndex) -> None:
+    chunk = BY_ID[103]
+    writer.bulk([IndexOp(chunk), DeleteOp(chunk.chunk_id), IndexOp(BY_ID[104]), DeleteOp(104), IndexOp(BY_ID[104])])
+    assert writer.stored_fields(103) is None
+    assert ids(search(writer, "Kündigungsfrist").hits(Leg.LEXICAL)) == {104}
+
+
+# ------------------------------------------------------------------ crashes
+
+
+def test_a_failed_vector_write_leaves_both_sides_consistent(
+    monkeypatch: pytest.MonkeyPatch, index_path: Path, writer: EmbeddedIndex
+) -> None:
+    write_fixture(writer)
+
+    def disk_full(*args: object) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(embedded_module, "append_rows", disk_full)
+    changed = BY_ID[124].model_copy(update={"text": "Erbbaurecht am Grundstück"})
+    with pytest.raises(OSError, match="No space"):
+        writer.bulk([IndexOp(changed), IndexOp(BY_ID[101].model_copy(update={"chunk_id": 800}))])
+    # Tantivy had committed the new text; reconciling dropped chunk 124 from both sides.
+    assert search(writer, "Erbbaurecht").hits(Leg.LEXICAL) == ()
+    assert writer.stored_fields(124) is None and writer.count() == len(FIXTURE_CHUNKS) - 1
+    monkeypatch.undo()
+    writer.bulk([IndexOp(changed)])
+    assert ids(search(writer, "Erbbaurecht").hits(Leg.LEXICAL)) == {124}
+    assert search(writer, vector=changed.embedding).hits(Leg.SEMANTIC)[0].chunk_id == 124
+    writer.close()
+    assert consistent(index_path)
+
+
+def test_a_writer_killed_between_the_text_and_the_vector_commit_is_reconciled_on_open(
+    index_path: Path, writer: EmbeddedIndex
+) -> None:
+    write_fixture(writer)
+    writer.close()
+    script = textwrap.dedent(
+        f"""
+        import os
+        import ki_core.search.embedded as embedded
+        from ki_core.search.embedded import EmbeddedIndex
+        from ki_core.search.index import IndexOp
+        from tests.ki_core.search.conftest import FIXTURE_CHUNKS
+        embedded.append_rows = lambda *args: os._exit(9)  # the process dies after tantivy's commit
+        index = EmbeddedIndex({str(index_path)!r}, dimensions={DIMS})
+        chunk = FIXTURE_CHUNKS[0].model_copy(update={{"text": "Vorkaufsrecht des Mieters"}})
+        index.bulk([IndexOp(chunk), IndexOp(FIXTURE_CHUNKS[1].model_copy(update={{"chunk_id": 900}}))])
+        """
+    )
+    died = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[3], capture_output=True)
+    assert died.returncode == 9, died.stderr.decode()
+    assert not consistent(index_path)
+    with EmbeddedIndex(index_path, dimensions=DIMS) as reopened:
+        assert search(reopened, "Vorkaufsrecht").hits(Leg.LEXICAL) == ()
+        assert reopened.stored_fields(101) is None and reopened.stored_fields(900) is None
+        assert reopened.count() == len(FIXTURE_CHUNKS) - 1
+        reopened.bulk([IndexOp(BY_ID[101])])
+        assert search(reopened, vector=BY_ID[122].embedding).hits(Leg.SEMANTIC)[0].chunk_id == 122
+    assert consistent(index_path)
+
+
+def test_compaction_rewrites_the_vectors_and_readers_follow(
+    monkeypatch: pytest.MonkeyPatch, index_path: Path, writer: EmbeddedIndex
+) -> None:
+    monkeypatch.setattr(embedded_module, "COMPACT_MIN_DEAD", 5)
+    write_fixture(writer)
+    with EmbeddedIndex(index_path, dimensions=DIMS, read_only=True) as reader:
+        reader.ensure()
+        for _ in range(3):
+            writer.bulk([IndexOp(chunk) for chunk in FIXTURE_CHUNKS[:12]])
+        assert sorted(p.name for p in index_path.glob("vectors-*.f32")) != ["vectors-0.f32"]
+        for index in (writer, reader):
+            assert index.count() == len(FIXTURE_CHUNKS)
+            for chunk_id in (101, 115, 128):
+                top = search(index, vector=BY_ID[chunk_id].embedding).hits(Leg.SEMANTIC)[0]
+                assert (top.chunk_id, top.score) == (chunk_id, pytest.approx(1.0, abs=1e-5))
+
+
+# ------------------------------------------------------- filters and kNN paths
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scope=scopes, filters=filter_sets)
+def test_the_tantivy_filter_admits_exactly_what_the_slot_mask_admits(
+    shared_loaded_index, scope: ScopeFilter, filters: SearchFilters
+) -> None:
+    if not isinstance(shared_loaded_index, EmbeddedIndex):
+        return
+    text = shared_loaded_index.text
+    matched = text.index.searcher().search(text.strict_filter(scope, filters), 100).count
+    assert matched == shared_loaded_index.table.admitted(scope, filters).count == len(admitted_ids(scope, filters))
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [EVERYTHING, ScopeFilter(project_ids=frozenset({"proj-kauf"})), ScopeFilter(document_ids=frozenset({"doc-mv-2"}))],
+    ids=["dense mat-vec", "bitmap selector", "tiny bitmap"],
+)
+def test_semantic_leg_is_the_exact_top_k_inside_the_filter(writer: EmbeddedIndex, scope: ScopeFilter) -> None:
+    write_fixture(writer)
+    admitted = sorted(admitted_ids(scope, None))
+    fraction = len(admitted) / len(FIXTURE_CHUNKS)
+    assert (fraction >= DENSE_FRACTION) == (scope is EVERYTHING)
+    query = np.array(unit_vector("kNN"))
+    cosines = {c: float(np.dot(query, BY_ID[c].embedding)) for c in admitted}
+    expected = sorted(cosines.values(), reverse=True)[:5]
+    hits = writer.multi_search(
+        MultiSearchRequest(query_text="", query_vector=tuple(query), scope=scope, size=5)
+    ).hits(Leg.SEMANTIC)
+    assert [hit.score for hit in hits] == pytest.approx(expected, abs=1e-5)
+    assert all(cosines[hit.chunk_id] == pytest.approx(hit.score, abs=1e-5) for hit in hits)
+
+
+def test_identifier_tokens_keep_case_numbers_and_paragraph_letters_whole() -> None:
+    tokens = identifier_analyzer().analyze("BGH VIII ZR 123/20, § 573c BGB; ECLI:DE:BGH:2021:123 HRB 12345 B.")
+    assert tokens == ["bgh", "viii", "zr", "123/20", "§", "573c", "bgb", "ecli:de:bgh:2021:123", "hrb", "12345", "b"]

@@ -1,0 +1,506 @@
+"""The exact requests OpenSearchIndex sends (no node here: a recording connection answers)."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from ki_core.config import OpenSearchSettings, RetrievalSettings
+from ki_core.search.index import DeleteOp, IndexOp, UpdateAccessOp
+from ki_core.search.opensearch import (
+    OpenSearchIndex,
+    cosine_from_knn_score,
+    scope_clause,
+    signature_index_name,
+)
+from ki_core.search.types import (
+    AccessProjection,
+    BulkFailure,
+    FilterHit,
+    IndexChunk,
+    IndexDimensionMismatch,
+    Leg,
+    LegHit,
+    MultiSearchRequest,
+    ScopeFilter,
+    SearchBackendError,
+    SearchFilters,
+)
+from tests.ki_core.search.recording_connection import Script, recording_client
+
+ALIAS = "ki-chunks"
+SIGNATURE = "hashing:test:3"
+CONCRETE = signature_index_name(ALIAS, SIGNATURE)
+SOURCE = ["chunk_id", "document_id", "document_version_id", "project_id", "version_status", "chunk_kind", "identifiers"]
+SCOPE = ScopeFilter(
+    project_ids=frozenset({"p2", "p1"}),
+    excluded_document_ids=frozenset({"d9"}),
+    document_ids=frozenset({"d5"}),
+)
+SCOPE_CLAUSE = {
+    "bool": {
+        "should": [
+            {"bool": {"filter": [{"terms": {"project_id": ["p1", "p2"]}}], "must_not": [{"terms": {"document_id": ["d9"]}}]}},
+            {"terms": {"document_id": ["d5"]}},
+        ],
+        "minimum_should_match": 1,
+    }
+}
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script()
+
+
+def make_index(script: Script, dimensions: int = 3, **retrieval: object) -> OpenSearchIndex:
+    return OpenSearchIndex(
+        recording_client(script),
+        alias=ALIAS,
+        dimensions=dimensions,
+        signature=SIGNATURE,
+        retrieval=RetrievalSettings(**retrieval),
+        opensearch=OpenSearchSettings(number_of_shards=2, number_of_replicas=1),
+    )
+
+
+def sent(script: Script) -> list[tuple[str, str]]:
+    return [(request.method, request.path) for request in script.sent]
+
+
+# ------------------------------------------------------------------ mapping
+
+EXPECTED_PROPERTIES = {
+    "access_version": {"type": "integer"},
+    "allowed_principals": {"type": "keyword"},
+    "chunk_id": {"type": "long"},
+    "chunk_kind": {"type": "keyword"},
+    "clause_type": {"type": "keyword"},
+    "denied_principals": {"type": "keyword"},
+    "doc_date": {"type": "date", "format": "strict_date"},
+    "doc_type": {"type": "keyword"},
+    "doc_type_ancestors": {"type": "keyword"},
+    "document_id": {"type": "keyword"},
+    "document_version_id": {"type": "keyword"},
+    "embedding": {
+        "type": "knn_vector",
+        "dimension": 3,
+        "method": {
+            "name": "hnsw",
+            "engine": "lucene",
+            "space_type": "cosinesimil",
+            "parameters": {"m": 16, "ef_construction": 128},
+        },
+    },
+    "identifiers": {"type": "keyword"},
+    "identifiers_text": {"type": "text", "analyzer": "ki_identifier"},
+    "language": {"type": "keyword"},
+    "matter_id": {"type": "keyword"},
+    "meta": {"type": "object", "enabled": False},
+    "project_id": {"type": "keyword"},
+    "text": {"type": "text", "analyzer": "german"},
+    "version_status": {"type": "keyword"},
+}
+
+
+def test_ensure_creates_the_signature_index_with_the_alias_and_the_spec_mapping(script: Script) -> None:
+    script.reply("HEAD", f"/{ALIAS}", status=404).reply("PUT", f"/{CONCRETE}", {"acknowledged": True})
+    make_index(script).ensure()
+    assert sent(script) == [("HEAD", f"/{ALIAS}"), ("PUT", f"/{CONCRETE}")]
+    assert script.sent[1].body == {
+        "settings": {
+            "index": {"knn": True, "number_of_shards": 2, "number_of_replicas": 1},
+            "analysis": {
+                "tokenizer": {
+                    "ki_identifier": {
+                        "type": "pattern",
+                        "pattern": r"[\p{L}\p{N}](?:[\p{L}\p{N}/.:\-]*[\p{L}\p{N}])?|§+",
+                        "group": 0,
+                    }
+                },
+                "analyzer": {"ki_identifier": {"type": "custom", "tokenizer": "ki_identifier", "filter": ["lowercase"]}},
+            },
+        },
+        "mappings": {"dynamic": False, "properties": EXPECTED_PROPERTIES},
+        "aliases": {ALIAS: {}},
+    }
+
+
+def test_hnsw_parameters_come_from_the_retrieval_settings(script: Script) -> None:
+    script.reply("HEAD", f"/{ALIAS}", status=404).reply("PUT", f"/{CONCRETE}")
+    make_index(script, vector_engine="faiss", vector_space_type="innerproduct", hnsw_m=32, hnsw_ef_construction=256).ensure()
+    method = script.sent[1].body["mappings"]["properties"]["embedding"]["method"]
+    assert method == {
+        "name": "hnsw", "engine": "faiss", "space_type": "innerproduct", "parameters": {"m": 32, "ef_construction": 256},
+    }  # fmt: skip
+
+
+def test_ensure_adds_only_the_missing_fields_to_the_live_index(script: Script) -> None:
+    live = {k: v for k, v in EXPECTED_PROPERTIES.items() if k not in ("identifiers_text", "clause_type")}
+    script.reply("HEAD", f"/{ALIAS}").reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": live}}})
+    script.reply("PUT", f"/{CONCRETE}/_mapping", {"acknowledged": True})
+    make_index(script).ensure()
+    assert script.sent[-1].body == {
+        "properties": {
+            "clause_type": {"type": "keyword"},
+            "identifiers_text": {"type": "text", "analyzer": "ki_identifier"},
+        }
+    }
+
+
+def test_ensure_with_a_complete_mapping_changes_nothing(script: Script) -> None:
+    script.reply("HEAD", f"/{ALIAS}")
+    script.reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": EXPECTED_PROPERTIES}}})
+    make_index(script).ensure()
+    assert sent(script) == [("HEAD", f"/{ALIAS}"), ("GET", f"/{ALIAS}/_mapping")]
+
+
+def test_ensure_refuses_a_live_index_of_another_dimension(script: Script) -> None:
+    live = {**EXPECTED_PROPERTIES, "embedding": {**EXPECTED_PROPERTIES["embedding"], "dimension": 768}}
+    script.reply("HEAD", f"/{ALIAS}").reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": live}}})
+    with pytest.raises(IndexDimensionMismatch, match=r"768-dimensional.*produces 3.*ki reindex"):
+        make_index(script).ensure()
+    assert [r.method for r in script.sent] == ["HEAD", "GET"]
+
+
+def test_signature_index_names_are_legal_and_distinct() -> None:
+    name = signature_index_name("knowledge-index-chunks-v1", "gateway:Text-Embedding-3-small:1536")
+    assert name.startswith("knowledge-index-chunks-v1--gateway-text-embedding-3-small-1536-")
+    assert name == name.lower() and not set(name) & set(' "*\\<|,>/?:#')
+    assert name != signature_index_name("knowledge-index-chunks-v1", "gateway:text-embedding-3-small:1536")
+
+
+# ----------------------------------------------------------- alias handling
+
+
+def test_rebuild_creates_a_bare_index_and_swap_moves_the_alias_then_deletes_the_old(script: Script) -> None:
+    old, new = f"{ALIAS}--old", f"{ALIAS}--new"
+    for _ in range(2):
+        script.reply("HEAD", f"/_alias/{ALIAS}").reply("GET", f"/_alias/{ALIAS}", {old: {"aliases": {ALIAS: {}}}})
+    script.reply("PUT", f"/{new}").reply("POST", "/_aliases", {"acknowledged": True}).reply("DELETE", f"/{old}")
+    index = make_index(script)
+    fresh = index.rebuild_into(new)
+    assert fresh.alias == new and "aliases" not in script.sent[2].body
+    index.swap_alias(new)
+    assert sent(script)[-2:] == [("POST", "/_aliases"), ("DELETE", f"/{old}")]
+    assert script.sent[-2].body == {
+        "actions": [{"add": {"index": new, "alias": ALIAS}}, {"remove": {"index": old, "alias": ALIAS}}]
+    }
+
+
+def test_swap_replaces_a_pre_alias_index_of_the_same_name_atomically(script: Script) -> None:
+    script.reply("HEAD", f"/_alias/{ALIAS}", status=404).reply("HEAD", f"/{ALIAS}")
+    script.reply("POST", "/_aliases", {"acknowledged": True})
+    make_index(script).swap_alias("ki-chunks--new")
+    assert script.sent[-1].body == {
+        "actions": [{"add": {"index": "ki-chunks--new", "alias": ALIAS}}, {"remove_index": {"index": ALIAS}}]
+    }
+
+
+def test_rebuild_refuses_the_live_index(script: Script) -> None:
+    script.reply("HEAD", f"/_alias/{ALIAS}").reply("GET", f"/_alias/{ALIAS}", {CONCRETE: {"aliases": {ALIAS: {}}}})
+    with pytest.raises(ValueError, match="live index"):
+        make_index(script).rebuild_into(CONCRETE)
+
+
+# ------------------------------------------------------------------- writes
+
+CHUNK = IndexChunk(
+    chunk_id=42,
+    text="Die Kündigung ist spätestens am dritten Werktag eines Kalendermonats zulässig.",
+    embedding=(0.6, 0.0, 0.8),
+    project_id="p1",
+    document_id="d1",
+    document_version_id="v1",
+    matter_id="m1",
+    doc_type="contract.lease.residential",
+    doc_type_ancestors=("contract", "contract.lease", "contract.lease.residential"),
+    version_status="executed",
+    language="de",
+    doc_date=date(2021, 3, 1),
+    chunk_kind="clause",
+    clause_type="clause.termination",
+    identifiers=("§ 573c BGB", "VIII ZR 123/20"),
+    allowed_principals=("group:miete",),
+    denied_principals=("user:x",),
+    access_version=2,
+    meta={"source_object_id": "so-1", "kind": "clause", "locus": "§ 4"},
+)
+
+
+def test_bulk_sends_one_request_of_index_update_and_delete_lines(script: Script) -> None:
+    script.reply("POST", f"/{ALIAS}/_bulk", {"errors": False, "items": []})
+    projection = AccessProjection(
+        document_version_id="v1", chunk_ids=(42, 43), allowed_principals=("group:neu",), denied_principals=(),
+        access_version=3,
+    )  # fmt: skip
+    make_index(script).bulk([IndexOp(CHUNK), UpdateAccessOp(projection), DeleteOp(7)])
+    assert sent(script) == [("POST", f"/{ALIAS}/_bulk")]
+    access = {"doc": {"allowed_principals": ["group:neu"], "denied_principals": [], "access_version": 3}}
+    assert script.sent[0].body == [
+        {"index": {"_id": "42"}},
+        {
+            "chunk_id": 42,
+            "text": CHUNK.text,
+            "embedding": [0.6, 0.0, 0.8],
+            "project_id": "p1",
+            "document_id": "d1",
+            "document_version_id": "v1",
+            "matter_id": "m1",
+            "doc_type": "contract.lease.residential",
+            "doc_type_ancestors": ["contract", "contract.lease", "contract.lease.residential"],
+            "version_status": "executed",
+            "language": "de",
+            "doc_date": "2021-03-01",
+            "chunk_kind": "clause",
+            "clause_type": "clause.termination",
+            "identifiers": ["§ 573c BGB", "VIII ZR 123/20"],
+            "identifiers_text": "§ 573c BGB VIII ZR 123/20",
+            "allowed_principals": ["group:miete"],
+            "denied_principals": ["user:x"],
+            "access_version": 2,
+            "meta": {"source_object_id": "so-1", "kind": "clause", "locus": "§ 4"},
+        },
+        {"update": {"_id": "42", "retry_on_conflict": 3}},
+        access,
+        {"update": {"_id": "43", "retry_on_conflict": 3}},
+        access,
+        {"delete": {"_id": "7"}},
+    ]
+
+
+def test_bulk_leaves_out_null_fields(script: Script) -> None:
+    script.reply("POST", f"/{ALIAS}/_bulk", {"errors": False, "items": []})
+    bare = IndexChunk(chunk_id=1, text="t", embedding=(1.0, 0.0, 0.0), project_id="p", document_id="d",
+                      document_version_id="v")  # fmt: skip
+    make_index(script).bulk([IndexOp(bare)])
+    assert set(script.sent[0].body[1]) == {
+        "chunk_id", "text", "embedding", "project_id", "document_id", "document_version_id", "doc_type_ancestors",
+        "version_status", "chunk_kind", "identifiers", "identifiers_text", "allowed_principals",
+        "denied_principals", "access_version", "meta",
+    }  # fmt: skip
+
+
+def test_a_partial_bulk_failure_names_the_failed_chunk_ids(script: Script) -> None:
+    script.reply(
+        "POST",
+        f"/{ALIAS}/_bulk",
+        {
+            "errors": True,
+            "items": [
+                {"index": {"_id": "42", "status": 201, "result": "created"}},
+                {"index": {"_id": "901", "status": 400, "error": {
+                    "type": "mapper_parsing_exception", "reason": "Vector dimension mismatch. Expected: 3, Given: 4"}}},
+                {"delete": {"_id": "7", "status": 404, "result": "not_found"}},
+                {"update": {"_id": "8", "status": 404, "error": {
+                    "type": "document_missing_exception", "reason": "[8]: document missing"}}},
+            ],
+        },
+    )  # fmt: skip
+    with pytest.raises(BulkFailure) as failure:
+        make_index(script).bulk([IndexOp(CHUNK), DeleteOp(7)])
+    assert failure.value.failed == {
+        901: "mapper_parsing_exception: Vector dimension mismatch. Expected: 3, Given: 4",
+        8: "document_missing_exception: [8]: document missing",
+    }
+
+
+def test_delete_document_refreshes_then_deletes_by_query(script: Script) -> None:
+    script.reply("POST", f"/{ALIAS}/_refresh").reply("POST", f"/{ALIAS}/_delete_by_query", {"deleted": 3, "failures": []})
+    make_index(script).delete_document("d1")
+    assert sent(script) == [("POST", f"/{ALIAS}/_refresh"), ("POST", f"/{ALIAS}/_delete_by_query")]
+    assert script.sent[1].params == {"conflicts": "proceed"}
+    assert script.sent[1].body == {"query": {"term": {"document_id": "d1"}}}
+
+
+# ------------------------------------------------------------------- filters
+
+
+@pytest.mark.parametrize(
+    ("scope", "clause"),
+    [
+        (ScopeFilter(project_ids=frozenset({"p1"})), {"bool": {"should": [
+            {"bool": {"filter": [{"terms": {"project_id": ["p1"]}}]}}], "minimum_should_match": 1}}),
+        (ScopeFilter(project_ids=frozenset({"p1"}), excluded_document_ids=frozenset({"d2", "d1"})), {"bool": {"should": [
+            {"bool": {"filter": [{"terms": {"project_id": ["p1"]}}],
+                      "must_not": [{"terms": {"document_id": ["d1", "d2"]}}]}}], "minimum_should_match": 1}}),
+        (ScopeFilter(document_ids=frozenset({"d3"})), {"bool": {"should": [
+            {"terms": {"document_id": ["d3"]}}], "minimum_should_match": 1}}),
+        (SCOPE, SCOPE_CLAUSE),
+        (ScopeFilter.nothing(), {"match_none": {}}),
+        (ScopeFilter(), {"match_none": {}}),
+    ],
+    ids=["project", "project minus exclusions", "documents", "all three", "match_none", "empty"],
+)  # fmt: skip
+def test_the_compact_scope_becomes_one_bool_clause(scope: ScopeFilter, clause: dict) -> None:
+    assert scope_clause(scope) == clause
+
+
+ALL_FILTERS = SearchFilters(
+    project_id="p1", matter_id="m1", doc_type="contract.lease", version_status="final", language="de",
+    date_from=date(2020, 1, 1), date_to=date(2020, 12, 31), clause_type="clause.termination", chunk_kind="clause",
+)  # fmt: skip
+ALL_FILTER_CLAUSES = [
+    SCOPE_CLAUSE,
+    {"term": {"project_id": "p1"}},
+    {"term": {"matter_id": "m1"}},
+    {"term": {"doc_type_ancestors": "contract.lease"}},
+    {"term": {"version_status": "final"}},
+    {"term": {"language": "de"}},
+    {"term": {"clause_type": "clause.termination"}},
+    {"term": {"chunk_kind": "clause"}},
+    {"range": {"doc_date": {"gte": "2020-01-01", "lte": "2020-12-31"}}},
+]
+
+
+# ---------------------------------------------------------------- msearch
+
+
+def leg_response(*hits: tuple[str, float, dict]) -> dict:
+    return {"status": 200, "hits": {"hits": [{"_id": i, "_score": s, "_source": src} for i, s, src in hits]}}
+
+
+def source(chunk_id: int, **extra: object) -> dict:
+    return {"chunk_id": chunk_id, "document_id": "d1", "document_version_id": "v1", "project_id": "p1",
+            "version_status": "final", "chunk_kind": "chunk", **extra}  # fmt: skip
+
+
+def test_one_msearch_carries_the_three_legs_under_the_same_strict_filter(script: Script) -> None:
+    script.reply(
+        "POST",
+        "/_msearch",
+        {"responses": [
+            leg_response(("42", 7.5, source(42)), ("43", 2.25, source(43))),
+            leg_response(("43", 0.9, source(43))),
+            leg_response(("42", 3.0, source(42, identifiers=["VIII ZR 123/20"]))),
+        ]},
+    )  # fmt: skip
+    request = MultiSearchRequest(
+        query_text="Kündigung VIII ZR 123/20", query_vector=(0.6, 0.0, 0.8), scope=SCOPE, filters=ALL_FILTERS, size=50
+    )
+    result = make_index(script).multi_search(request)
+    assert sent(script) == [("POST", "/_msearch")]
+    assert script.sent[0].body == [
+        {"index": ALIAS},
+        {"size": 50, "_source": SOURCE, "query": {"bool": {
+            "must": [{"match": {"text": {"query": "Kündigung VIII ZR 123/20"}}}], "filter": ALL_FILTER_CLAUSES}}},
+        {"index": ALIAS},
+        {"size": 50, "_source": SOURCE, "query": {"knn": {"embedding": {
+            "vector": [0.6, 0.0, 0.8], "k": 50, "filter": {"bool": {"filter": ALL_FILTER_CLAUSES}}}}}},
+        {"index": ALIAS},
+        {"size": 50, "_source": SOURCE, "query": {"bool": {
+            "must": [{"match": {"identifiers_text": {"query": "Kündigung VIII ZR 123/20"}}}],
+            "filter": ALL_FILTER_CLAUSES}}},
+    ]  # fmt: skip
+    assert result.hits(Leg.LEXICAL) == (
+        LegHit(chunk_id=42, document_id="d1", document_version_id="v1", project_id="p1", version_status="final",
+               chunk_kind="chunk", score=7.5, rank=0),
+        LegHit(chunk_id=43, document_id="d1", document_version_id="v1", project_id="p1", version_status="final",
+               chunk_kind="chunk", score=2.25, rank=1),
+    )  # fmt: skip
+    assert result.hits(Leg.SEMANTIC)[0].score == 0.9
+    assert result.hits(Leg.IDENTIFIER)[0].identifiers == ("VIII ZR 123/20",)
+
+
+def test_match_none_sends_only_the_semantic_leg_with_a_match_none_filter(script: Script) -> None:
+    script.reply("POST", "/_msearch", {"responses": [leg_response()]})
+    request = MultiSearchRequest(query_text="Kündigung", query_vector=(1.0, 0.0, 0.0), scope=ScopeFilter.nothing(), size=8)
+    result = make_index(script).multi_search(request)
+    assert script.sent[0].body == [
+        {"index": ALIAS},
+        {"size": 8, "_source": SOURCE, "query": {"knn": {"embedding": {
+            "vector": [1.0, 0.0, 0.0], "k": 8, "filter": {"bool": {"filter": [{"match_none": {}}]}}}}}},
+    ]  # fmt: skip
+    assert result.legs == {Leg.SEMANTIC: ()}
+
+
+def test_no_request_when_no_leg_can_match(script: Script) -> None:
+    request = MultiSearchRequest(query_text="x", query_vector=None, scope=ScopeFilter.nothing(), size=8)
+    assert make_index(script).multi_search(request).legs == {}
+    assert script.sent == []
+
+
+def test_a_failed_leg_raises_naming_the_leg(script: Script) -> None:
+    failed = {"status": 400, "error": {"type": "search_phase_execution_exception", "reason": "all shards failed"}}
+    script.reply("POST", "/_msearch", {"responses": [failed]})
+    request = MultiSearchRequest(query_text="", query_vector=(1.0, 0.0, 0.0), scope=SCOPE, size=8)
+    with pytest.raises(SearchBackendError, match="semantic leg.*all shards failed"):
+        make_index(script).multi_search(request)
+
+
+def test_an_http_error_becomes_a_search_backend_error(script: Script) -> None:
+    script.reply("POST", "/_msearch", {"error": "boom"}, status=500)
+    request = MultiSearchRequest(query_text="x", query_vector=None, scope=SCOPE, size=8)
+    with pytest.raises(SearchBackendError, match="msearch"):
+        make_index(script).multi_search(request)
+
+
+# ------------------------------------------------------- filter search, count
+
+
+def test_search_filter_sorts_by_date_collapses_versions_and_pages(script: Script) -> None:
+    script.reply("POST", f"/{ALIAS}/_search", {"hits": {"hits": [
+        {"_id": "42", "_source": {**source(42), "doc_date": "2021-03-01"}},
+        {"_id": "50", "_source": {**source(50, document_version_id="v2")}},
+    ]}})  # fmt: skip
+    hits = make_index(script).search_filter(SCOPE, SearchFilters(chunk_kind="clause"), 20, offset=40)
+    assert script.sent[0].body == {
+        "size": 20,
+        "from": 40,
+        "_source": [*SOURCE[:-1], "doc_date"],
+        "query": {"bool": {"filter": [SCOPE_CLAUSE, {"term": {"chunk_kind": "clause"}}]}},
+        "sort": [
+            {"doc_date": {"order": "desc", "missing": "_last"}},
+            {"document_version_id": {"order": "asc"}},
+            {"chunk_id": {"order": "asc"}},
+        ],
+        "collapse": {"field": "document_version_id"},
+    }
+    assert hits[0] == FilterHit(chunk_id=42, document_id="d1", document_version_id="v1", project_id="p1",
+                                version_status="final", chunk_kind="chunk", doc_date=date(2021, 3, 1))  # fmt: skip
+    assert hits[1].doc_date is None
+
+
+def test_search_filter_under_match_none_sends_nothing(script: Script) -> None:
+    assert make_index(script).search_filter(ScopeFilter.nothing(), SearchFilters(), 10) == []
+    assert script.sent == []
+
+
+def test_count_sends_the_filter_or_nothing(script: Script) -> None:
+    script.reply("POST", f"/{ALIAS}/_count", {"count": 5}).reply("POST", f"/{ALIAS}/_count", {"count": 99})
+    index = make_index(script)
+    assert index.count(SCOPE, SearchFilters(language="de")) == 5
+    assert index.count() == 99
+    assert script.sent[0].body == {"query": {"bool": {"filter": [SCOPE_CLAUSE, {"term": {"language": "de"}}]}}}
+    assert script.sent[1].body is None
+
+
+def test_stored_fields_read_the_source_without_text_and_vector(script: Script) -> None:
+    source_doc = {**source(42), "doc_date": "2021-03-01", "allowed_principals": ["group:a"], "access_version": 4}
+    script.reply("GET", f"/{ALIAS}/_doc/42", {"found": True, "_id": "42", "_source": source_doc})
+    fields = make_index(script).stored_fields(42)
+    assert script.sent[0].params == {"_source_excludes": "embedding,text,identifiers_text"}
+    assert fields is not None
+    assert (fields["doc_date"], fields["allowed_principals"], fields["access_version"]) == (date(2021, 3, 1), ("group:a",), 4)
+    assert fields["identifiers"] == () and fields["meta"] == {}
+
+
+# ------------------------------------------------------------------ scores
+
+
+@pytest.mark.parametrize("space_type", ["cosinesimil", "innerproduct", "l2"])
+@pytest.mark.parametrize("cosine", [-0.8, -0.1, 0.0, 0.35, 0.99])
+def test_the_knn_score_transform_is_undone_for_unit_vectors(space_type: str, cosine: float) -> None:
+    # The OpenSearch "Spaces" table: cosinesimil (2 - d) / 2 with d = 1 - cos; innerproduct
+    # ip + 1 for ip > 0 else 1 / (1 - ip); l2 1 / (1 + d) with d = |x - y|^2 = 2 - 2 cos.
+    score = {
+        "cosinesimil": (2 - (1 - cosine)) / 2,
+        "innerproduct": cosine + 1 if cosine > 0 else 1 / (1 - cosine),
+        "l2": 1 / (1 + (2 - 2 * cosine)),
+    }[space_type]
+    assert cosine_from_knn_score(score, space_type) == pytest.approx(cosine)
+
+
+def test_the_index_converts_with_its_configured_space(script: Script) -> None:
+    assert make_index(script).cosine(0.75) == pytest.approx(0.5)
