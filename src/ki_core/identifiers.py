@@ -971,7 +971,8 @@ _AZ_LEAD = re.compile(
     r"(?:(?P<prefix>[A-ZÄÖÜ][A-Za-z]{0,2})\s+(?=\d|[IVX]{1,4}-))?"
     r"(?:(?P<pre2>[IVX]{1,4}|\d{1,2})-)?"
     r"(?:(?P<chamber>\d{1,3}[a-z]?|[IVX]{1,5}[a-z]?)\s+)?"
-    r"(?P<reg>\(?[A-Za-zÄÖÜäöü]{1,6}\)?(?:\s*\([A-Za-zÄÖÜäöü]{1,5}\)|\s+[A-Za-zÄÖÜäöü]{1,6}){0,2})"
+    r"(?P<reg>(?:[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5}|\([A-Za-zÄÖÜäöü]{1,5}\))"
+    r"(?:\s*\([A-Za-zÄÖÜäöü]{1,5}\)|\s+[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5}){0,2})"
     r"\s+\Z"
 )
 _AZ_DASH_LEAD = re.compile(r"(?:(?<=[\s(\"'])|\A)(?P<chamber>\d{1,3})\s-\s\Z")
@@ -1027,15 +1028,18 @@ def _case_number_lead(text: str, num_start: int, courts: _CourtTable) -> tuple[i
     lo = max(0, num_start - 48)
     if d := _AZ_DASH_LEAD.search(text, lo, num_start):
         return d.start(), [d.group("chamber"), "-"], None
-    m = _AZ_LEAD.search(text, lo, num_start)
-    if m is None:
-        return None
-    reg = re.sub(r"\s*\(", " (", m.group("reg")).strip()
-    reg = re.sub(r"\s+", " ", reg)
-    tokens = reg.split()
-    if any(t in courts.az_not_registers or t.strip("()") in courts.az_not_registers or _LOWER_RUN.search(t) for t in tokens):
-        return None
-    if not any(c.isupper() for c in reg):
+    # the leftmost reading may swallow a preceding word ("und VIII ZR"); try later starts until one is valid
+    while (m := _AZ_LEAD.search(text, lo, num_start)) is not None:
+        lead = _valid_case_number_lead(m, courts)
+        if lead is not None:
+            return lead
+        lo = m.start() + 1
+    return None
+
+
+def _valid_case_number_lead(m: re.Match[str], courts: _CourtTable) -> tuple[int, list[str], str | None] | None:
+    reg = re.sub(r"\s+", " ", re.sub(r"\s*\(", " (", m.group("reg"))).strip()
+    if any(t in courts.az_not_registers or t.strip("()") in courts.az_not_registers or _LOWER_RUN.search(t) for t in reg.split()):
         return None
     prefix, chamber = m.group("prefix"), m.group("chamber")
     start = m.start()
@@ -1045,15 +1049,19 @@ def _case_number_lead(text: str, num_start: int, courts: _CourtTable) -> tuple[i
         return None
     lead = ((m.group("pre2") + "-") if m.group("pre2") else "") + (chamber or "")
     parts = [p for p in (prefix, lead, reg) if p]
+    return start, parts, _court_of_register(courts, prefix, chamber, reg)
+
+
+def _court_of_register(courts: _CourtTable, prefix: str | None, chamber: str | None, reg: str) -> str | None:
     roman_chamber = bool(chamber and chamber[0] in "IVX")
     court = courts.az_register_courts.get(reg)
-    if court == "BGH" and not roman_chamber and chamber:
-        court = None  # ZR/ZB senates of the BGH are Roman; "15 ZB 19.123" is a Bavarian VGH file
-    elif court is None and roman_chamber and reg in ("R", "B", "S", "E"):
-        court = "BFH"
-    elif court is None and prefix in ("B", "L", "S") and chamber and chamber[0].isdigit() and reg.isupper():
-        court = {"B": "BSG", "L": "LSG", "S": "SG"}[prefix]
-    return start, parts, court
+    if court == "BGH" and chamber and not roman_chamber:
+        return None  # ZR/ZB senates of the BGH are Roman; "15 ZB 19.123" is a Bavarian VGH file
+    if court is None and roman_chamber and reg in ("R", "B", "S", "E"):
+        return "BFH"
+    if court is None and prefix in ("B", "L", "S") and chamber and chamber[0].isdigit() and reg.isupper():
+        return {"B": "BSG", "L": "LSG", "S": "SG"}[prefix]
+    return court
 
 
 # ---------------------------------------------------------------- courts and dates near an identifier

@@ -1,0 +1,127 @@
+"""Quality and speed of ki_core.identifiers.
+
+    .venv/bin/python bench/identifiers.py tests/fixtures/identifiers-dev.jsonl
+    .venv/bin/python bench/identifiers.py held-out.jsonl --decisions ../shared/data/decisions/decisions.jsonl --repeat 5
+
+Quality: per record, the (kind, normalized) multiset found is matched against
+the labelled one; precision, recall and F1 per kind and micro-averaged, plus
+the negatives (records labelled with nothing) where something was reported.
+Speed: characters per second of `extract` over the `text` field of the
+decision texts, best and median of several repetitions on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ki_core.identifiers import extract
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DECISIONS = REPO.parent / "shared" / "data" / "decisions" / "decisions.jsonl"
+KINDS = ("statute", "case_number", "ecli", "register_number", "eu_reference")
+
+
+@dataclass
+class Score:
+    tp: Counter[str] = field(default_factory=Counter)
+    fp: Counter[str] = field(default_factory=Counter)
+    fn: Counter[str] = field(default_factory=Counter)
+    negatives: int = 0
+    negatives_reported: list[str] = field(default_factory=list)
+    errors: list[tuple[str, list[tuple[str, str]], list[tuple[str, str]]]] = field(default_factory=list)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def score(records: list[dict]) -> Score:
+    result = Score()
+    for record in records:
+        context = record.get("context") or {}
+        found = extract(record["text"], context_law=context.get("law"), context_section=context.get("section"))
+        got = Counter((i.kind, i.normalized) for i in found)
+        expected = Counter((e["kind"], e["normalized"]) for e in record["expected"])
+        for key in got | expected:
+            hit = min(got[key], expected[key])
+            result.tp[key[0]] += hit
+            result.fp[key[0]] += got[key] - hit
+            result.fn[key[0]] += expected[key] - hit
+        if not expected:
+            result.negatives += 1
+            if got:
+                result.negatives_reported.append(record["text"])
+        if got != expected:
+            result.errors.append((record["text"], sorted((expected - got).elements()), sorted((got - expected).elements())))
+    return result
+
+
+def prf(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
+    p = tp / (tp + fp) if tp + fp else 0.0
+    r = tp / (tp + fn) if tp + fn else 0.0
+    return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+
+
+def quality_table(result: Score) -> str:
+    rows = [f"{'kind':<16} {'tp':>5} {'fp':>5} {'fn':>5} {'precision':>10} {'recall':>8} {'F1':>7}"]
+    for kind in KINDS:
+        tp, fp, fn = result.tp[kind], result.fp[kind], result.fn[kind]
+        p, r, f = prf(tp, fp, fn)
+        rows.append(f"{kind:<16} {tp:>5} {fp:>5} {fn:>5} {p:>10.3f} {r:>8.3f} {f:>7.3f}")
+    tp, fp, fn = sum(result.tp.values()), sum(result.fp.values()), sum(result.fn.values())
+    p, r, f = prf(tp, fp, fn)
+    rows.append(f"{'overall (micro)':<16} {tp:>5} {fp:>5} {fn:>5} {p:>10.3f} {r:>8.3f} {f:>7.3f}")
+    rows.append(f"negatives reported: {len(result.negatives_reported)} of {result.negatives}")
+    return "\n".join(rows)
+
+
+def throughput(texts: list[str], repeat: int) -> str:
+    chars = sum(len(t) for t in texts)
+    extract("warm up: § 1 BGB")  # loads the law and court tables once
+    seconds = []
+    found = 0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        found = sum(len(extract(t)) for t in texts)
+        seconds.append(time.perf_counter() - started)
+    best, median = min(seconds), statistics.median(seconds)
+    return (
+        f"{len(texts)} texts, {chars:,} characters, {found} identifiers per pass, {repeat} passes\n"
+        f"best   {chars / best:>12,.0f} chars/s  {chars / best / 1e6:6.2f} MB/s\n"
+        f"median {chars / median:>12,.0f} chars/s  {chars / median / 1e6:6.2f} MB/s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("labelled", type=Path, help="JSONL with {text, expected: [{kind, normalized}], context?}")
+    parser.add_argument("--decisions", type=Path, default=DEFAULT_DECISIONS, help="JSONL with a `text` field")
+    parser.add_argument("--repeat", type=int, default=5, help="timed passes over the decisions")
+    parser.add_argument("--errors", action="store_true", help="list every record that does not match")
+    args = parser.parse_args(argv)
+
+    result = score(read_jsonl(args.labelled))
+    print(f"quality on {args.labelled}")
+    print(quality_table(result))
+    for text in result.negatives_reported:
+        print(f"  negative reported: {text[:100]!r}")
+    if args.errors:
+        for text, missing, extra in result.errors:
+            print(f"- {text[:120]!r}\n    missing {missing}\n    extra   {extra}")
+    if args.decisions.is_file():
+        print(f"\nthroughput on {args.decisions}")
+        print(throughput([r["text"] for r in read_jsonl(args.decisions)], args.repeat))
+    else:
+        print(f"\nno decisions file at {args.decisions}: throughput skipped", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
