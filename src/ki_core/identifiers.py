@@ -242,7 +242,7 @@ _WS = re.compile(r"\s*")
 _STATUTE_HEAD = re.compile(
     r"(?=[§PA])(?:(?P<par>§§?|Paragra(?:ph|f)(?:en|s)?\b)(?=\s*\d)|(?P<art>Art(?:ikeln?s?|t?\.|icles?)?)(?=\s*\d))"
 )
-_REL_HEAD = re.compile(r"\b(?:Absatz|Absätze|Abs\.)(?=\s*\d)")
+_REL_HEAD = re.compile(r"\b(?:Absatz(?:es)?|Absätzen?|Abs\.)(?=\s*\d)")
 _SEC_NUM = re.compile(r"(\d{1,4})(?:([a-z])(?![a-zäöüß])|\s([a-z])(?![\w.]))?(?!\d|[./]\d)")
 _NUM_VALUE = re.compile(r"(\d{1,3}[a-z]?)(?![a-zäöüß\d]|[./]\d)")
 _LETTER_VALUE = re.compile(r"(?P<v>([a-z])\2?)(?![a-zäöüß])(?:\)(?=\s))?")
@@ -284,9 +284,14 @@ _PAREN_VALUE = re.compile(r" ?\((?:(?P<num>\d{1,3}[a-z]?)|(?P<letter>[a-z]{1,2})
 _NESTED_SEC = re.compile(r"\s*§\s*(\d{1,4}[a-z]?)(?!\d)")
 _FF = re.compile(r"\s?(ff\.?|f\.)(?![\w])")
 _RANGE = re.compile(r"\s*(?:bis(?![\w])|-|–|—)\s*")
-_LIST_SEP = re.compile(r"\s*(?:,(?:\s*(?:und|oder|sowie|bzw\.)(?![\w]))?|(?:und|oder|sowie|bzw\.|u\.)(?![\w]))\s*")
+_LIST_SEP = re.compile(
+    r"\s*(?:,(?:\s*(?:und|oder|sowie|bzw\.)(?![\w]))?|(?:und|oder|sowie|bzw\.|u\.)(?![\w])"
+    r"|i\.\s?V\.\s?m\.|in Verbindung mit(?![\w])|iVm(?![\w]))\s*"
+)
 # a bare number followed by one of these is a quantity, not another norm ("§ 5 und 10 Jahre")
 _QUANTITY_AFTER = re.compile(r"\s*(?:Jahre|Jahren|Monate|Monaten|Wochen|Tage|Tagen|Stunden|Prozent|Euro|EUR|DM|%)(?![\w])")
+# "... und § 7c und 2. die Durchführung": "2." numbers the next item of an enumeration
+_ENUMERATION_AFTER = re.compile(r"\.\s+[a-zäöüß]")
 _GROUP_SEP = re.compile(
     r"\s*(?:,|;|und|oder|sowie|bzw\.|i\.\s?V\.\s?m\.|iVm|in Verbindung mit)?\s*"
     r"(?:(?:die|der|des|den|dem|jeweils)\s+)?(?=§|Art|Paragra)"
@@ -524,7 +529,7 @@ def _after_separator(text: str, pos: int, path: list[_Part], roman: bool, plural
         path = path[: numeric[-1] + 1]
         cur, level = path[-1], path[-1].level
     v = _value_at(text, pos, level)
-    if v is None or _QUANTITY_AFTER.match(text, v[1]):
+    if v is None or _QUANTITY_AFTER.match(text, v[1]) or _ENUMERATION_AFTER.match(text, v[1]):
         return None
     value, end = v
     following = _designator_at(text, _skip_ws(text, end))
@@ -971,8 +976,8 @@ _AZ_LEAD = re.compile(
     r"(?:(?P<prefix>[A-ZÄÖÜ][A-Za-z]{0,2})\s+(?=\d|[IVX]{1,4}-))?"
     r"(?:(?P<pre2>[IVX]{1,4}|\d{1,2})-)?"
     r"(?:(?P<chamber>\d{1,3}[a-z]?|[IVX]{1,5}[a-z]?)\s+)?"
-    r"(?P<reg>(?:[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5}|\([A-Za-zÄÖÜäöü]{1,5}\))"
-    r"(?:\s*\([A-Za-zÄÖÜäöü]{1,5}\)|\s+[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5}){0,2})"
+    r"(?P<reg>(?:[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5}(?:-[A-Z][A-Za-z]{0,4})?|\([A-Za-zÄÖÜäöü]{1,5}\))"
+    r"(?:\s*\([A-Za-zÄÖÜäöü]{1,5}\)|\s+[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5}(?:-[A-Z][A-Za-z]{0,4})?){0,2})"
     r"\s+\Z"
 )
 _AZ_DASH_LEAD = re.compile(r"(?:(?<=[\s(\"'])|\A)(?P<chamber>\d{1,3})\s-\s\Z")
@@ -985,7 +990,7 @@ def _az_suffix_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     words = _alternation(courts.az_suffixes)
     brackets = _alternation(courts.az_bracket_suffixes)
     return (
-        re.compile(rf"(?:(?:\.[A-ZÄÖÜ]{{1,4}})+|\s(?:{words}))(?![\wÄÖÜäöü-])"),
+        re.compile(rf"(?:(?:\.[A-ZÄÖÜ]{{1,4}})+|\s(?:{words})(?:,(?:{words}))*)(?![\wÄÖÜäöü-])"),
         re.compile(rf"\s?\((?:{brackets}|[A-ZÄÖÜ][a-zäöü]{{1,4}})\)"),
     )
 
