@@ -1,0 +1,672 @@
+"""Metadata of one converted document: type, title, date, parties, references, clauses.
+
+Two extractors behind one protocol. `RuleBasedExtractor` is the offline
+default: deterministic German rules over the heading zone of the text.
+`LLMExtractor` asks the chat gateway for the same `DocumentMetadata` by JSON
+schema and then holds the answer to the ontology. Identifiers (case numbers,
+§ references, ECLI, register numbers) always come from
+`ki_core.identifiers.extract`, never from a model, so the identifier leg of
+retrieval sees one normalization.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+from collections.abc import Iterable
+from datetime import date
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from ki_core.config import Settings
+from ki_core.llm import ChatGateway
+from ki_core.models.ontology import OntologyKind
+from ki_core.ontology import Ontology, load_ontology
+
+# Bump when a rule changes what it extracts: the producer string tells artifacts apart.
+RULES_VERSION = 1
+# The opening of a document is where its type, title and parties stand.
+HEAD_LINES = 15
+OPENING_CHARS = 2500
+# A clause row is embedded like a body chunk; keep it about one chunk long.
+CLAUSE_EXCERPT_CHARS = 1200
+
+
+class Party(BaseModel):
+    name: str
+    role: str | None = Field(default=None, description="z. B. Kläger, Beklagte, Vermieter, Mieter, Auftraggeber")
+
+
+class NotableClause(BaseModel):
+    locus: str = Field(description='Fundstelle im Dokument, z. B. "§ 5" oder "Ziffer 3.2"')
+    clause_type: str | None = Field(default=None, description="Ontologie-ID, z. B. clause_type:termination")
+    text: str = Field(description="Wortlaut der Klausel (Auszug)")
+
+
+class DocumentMetadata(BaseModel):
+    title: str | None = None
+    doc_type: str | None = Field(default=None, description="Ontologie-ID, z. B. doc_type:contract.lease")
+    matter: str | None = Field(default=None, description='Name der Sache, z. B. "Müller ./. Schmidt"')
+    reference_numbers: list[str] = Field(
+        default_factory=list, description="Aktenzeichen, Vertragsnummern, Unser/Ihr Zeichen"
+    )
+    parties: list[Party] = Field(default_factory=list)
+    identifiers: list[str] = Field(default_factory=list)
+    doc_date: date | None = None
+    language: Literal["de", "en"] | None = None
+    notable_clauses: list[NotableClause] = Field(default_factory=list)
+
+
+class MetadataExtractor(Protocol):
+    @property
+    def producer(self) -> str:
+        """What MetadataArtifact.producer records: "rules:<version>" or "llm:<model>"."""
+        ...
+
+    def extract(self, text: str, *, title: str | None = None) -> DocumentMetadata:
+        """Metadata of converted `text`; `title` is the converter's title, if the file had one."""
+        ...
+
+
+def extractor_from_settings(settings: Settings) -> MetadataExtractor:
+    if settings.llm.metadata_extractor == "llm":
+        return LLMExtractor(ChatGateway.from_settings(settings.llm))
+    return RuleBasedExtractor()
+
+
+# ------------------------------------------------------------------- language
+
+_STOPWORDS_DE = frozenset(
+    "der die das und ist nicht mit von zu den des dem im auf für sich ein eine einer eines einem "
+    "wird werden oder auch als bei nach aus wie wir sie er es hat haben sind wurde nur noch über "
+    "vor durch zum zur dass daß gegen ihr ihre unter dieser diese dieses kann soll ob sowie vom".split()
+)
+_STOPWORDS_EN = frozenset(
+    "the and of to is that for with on as by this be are it or from at not which have has shall "
+    "any such these those their its been were would should may into upon under between than "
+    "hereby herein whereas".split()
+)
+# Below this share of stopwords among the words a text is a table, a list of names, or a third language.
+_MIN_STOPWORD_RATIO = 0.08
+
+
+def detect_language(text: str) -> Literal["de", "en"] | None:
+    """"de" or "en" by which stopword list covers more of the words; None when neither fits."""
+    words = re.findall(r"[a-zäöüß]+", text[:20000].lower())
+    if len(words) < 5:
+        return None
+    german = sum(word in _STOPWORDS_DE for word in words) / len(words)
+    english = sum(word in _STOPWORDS_EN for word in words) / len(words)
+    if max(german, english) < _MIN_STOPWORD_RATIO:
+        return None
+    return "de" if german >= english else "en"
+
+
+# ------------------------------------------------------------------ doc types
+
+_LINE = re.MULTILINE | re.IGNORECASE
+_DECISION_JUDGMENT = re.compile(
+    r"^(im namen des volkes|(teil|schluss|end|versäumnis|anerkenntnis)?-?urteil)\b|für recht erkannt", _LINE
+)
+_DECISION_ORDER = re.compile(r"^beschluss\s*$|^beschluss vom\b|\bhat\b.{0,200}\bbeschlossen\s*:", _LINE | re.DOTALL)
+_ADMINISTRATIVE = re.compile(r"^(\w+)?bescheid\b", _LINE)
+_EMAIL_HEADER = re.compile(r"\A(?:(?:From|To|Cc|Date|Subject|Von|An|Datum|Betreff): .*\n){2,}")
+_ANNEX = re.compile(r"^(anlage|anhang)\s*([a-z]{0,2}\s*\d+[a-z]?\b|zu\b)|^(anlage|anhang)\s*$", re.IGNORECASE)
+_MEMO_TYPES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(akten|gesprächs|telefon|besprechungs)?notiz\b|^aktennotiz\b", re.I), "doc_type:memo.file_note"),
+    (re.compile(r"^(rechts)?gutachten\b|^gutachterliche", re.I), "doc_type:memo.legal_opinion"),
+    (re.compile(r"^(akten|gesprächs|telefon|besprechungs)?vermerk\b|^memo(randum)?\b", re.I), "doc_type:memo"),
+)
+_PLEADING_TYPES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^klageerwiderung\b", re.I), "doc_type:pleading.statement_of_defence"),
+    (re.compile(r"^(klage|klageschrift)\s*$|^klage\s+(des|der|wegen)\b", re.I), "doc_type:pleading.statement_of_claim"),
+    (re.compile(r"^(berufung|revision|beschwerde)(sbegründung|sschrift)?\s*$", re.I), "doc_type:pleading.appeal"),
+    (re.compile(r"^antrag auf\b|^(eil)?antrag\s*$", re.I), "doc_type:pleading.application"),
+    (re.compile(r"^schriftsatz\b", re.I), "doc_type:pleading"),
+)
+_PLEADING_BODY = re.compile(
+    r"erheben? (wir )?(namens und in vollmacht .{0,120})?klage|\bin dem rechtsstreit\b.{0,2000}\b(beantragen|werden beantragen)",
+    re.IGNORECASE | re.DOTALL,
+)
+# Heading keywords, most specific first: the first pattern that matches a head line wins.
+_HEADING_TYPES: tuple[tuple[str, str], ...] = (
+    (r"gewerbe(raum)?mietvertrag|mietvertrag über gewerbe|mietvertrag über geschäftsräume", "doc_type:contract.lease.commercial"),
+    (r"wohn(raum|ungs)mietvertrag|mietvertrag über wohn", "doc_type:contract.lease.residential"),
+    (r"mietvertrag|pachtvertrag|untermietvertrag", "doc_type:contract.lease"),
+    (r"geschäftsführer(anstellungs|dienst)?vertrag", "doc_type:contract.managing_director"),
+    (r"aufhebungsvertrag|aufhebungsvereinbarung", "doc_type:contract.termination_agreement"),
+    (r"arbeitsvertrag|anstellungsvertrag", "doc_type:contract.employment"),
+    (r"(geschäfts)?anteils(kauf|übertragungs)vertrag|share purchase agreement", "doc_type:contract.share_purchase"),
+    (r"kaufvertrag", "doc_type:contract.purchase"),
+    (r"werkvertrag", "doc_type:contract.work"),
+    (r"dienst(leistungs)?vertrag|beratervertrag|beratungsvertrag", "doc_type:contract.service"),
+    (r"darlehensvertrag", "doc_type:contract.loan"),
+    (r"lizenzvertrag", "doc_type:contract.license"),
+    (r"geheimhaltungsvereinbarung|vertraulichkeitsvereinbarung|non-disclosure agreement", "doc_type:contract.nda"),
+    (r"auftragsverarbeitung", "doc_type:contract.data_processing"),
+    (r"gesellschaftsvertrag|^satzung\b", "doc_type:contract.articles"),
+    (r"^vergleich\b|vergleichsvereinbarung", "doc_type:contract.settlement"),
+    (r"^\d*\.?\s*nachtrag\b|änderungsvereinbarung", "doc_type:contract.amendment"),
+    (r"^(prozess|general|vorsorge)?vollmacht\b", "doc_type:power_of_attorney"),
+    (r"^(rechnung|kostennote|kostenrechnung|vorschussrechnung)\b", "doc_type:invoice"),
+    (r"^(sitzungs|verhandlungs|besprechungs)?protokoll\b|^niederschrift\b", "doc_type:minutes"),
+    (r"^(\w+gesetz|gesetz (über|zur|zum)|\w*verordnung)\b|\bgesetzbuch\b", "doc_type:statute"),
+    (r"^(\w+)?(vertrag|vereinbarung)\b|\bagreement\b", "doc_type:contract"),
+)
+_HEADING_PATTERNS = tuple((re.compile(pattern, re.IGNORECASE), node) for pattern, node in _HEADING_TYPES)
+_LETTER = re.compile(r"^sehr geehrte|^liebe[rs]? |mit freundlichen grüßen|^hochachtungsvoll", _LINE)
+_CONTRACT_BODY = re.compile(r"\bzwischen\b.{0,600}\bund\b.{0,600}\b(vertrag|vereinbarung)\b", re.IGNORECASE | re.DOTALL)
+
+
+def head_lines(text: str, count: int = HEAD_LINES) -> list[str]:
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    return lines[:count]
+
+
+def classify_doc_type(text: str, title: str | None = None) -> str | None:
+    """The ontology id the opening of `text` announces, by rules in order of how telling they are."""
+    head = head_lines(text)
+    opening = text[:OPENING_CHARS]
+    for classify in (_decision_type, _email_type, _annex_type, _memo_type, _pleading_type):
+        found = classify(head, opening)
+        if found:
+            return found
+    candidates = [title, *head] if title else head
+    found = _first_heading_type(candidates)
+    if found:
+        return found
+    if _LETTER.search(text):
+        return "doc_type:correspondence.letter"
+    return "doc_type:contract" if _CONTRACT_BODY.search(opening) else None
+
+
+def _decision_type(head: list[str], opening: str) -> str | None:
+    zone = "\n".join(head)
+    if _DECISION_JUDGMENT.search(zone) or "für Recht erkannt" in opening:
+        return "doc_type:decision.judgment"
+    if _DECISION_ORDER.search(zone):
+        return "doc_type:decision.order"
+    if _ADMINISTRATIVE.search(zone):
+        return "doc_type:decision.administrative"
+    return None
+
+
+def _email_type(_head: list[str], opening: str) -> str | None:
+    return "doc_type:correspondence.email" if _EMAIL_HEADER.match(opening) else None
+
+
+def _annex_type(head: list[str], _opening: str) -> str | None:
+    return "doc_type:annex" if head and _ANNEX.match(head[0]) else None
+
+
+def _memo_type(head: list[str], _opening: str) -> str | None:
+    for line in head[:5]:
+        for pattern, node in _MEMO_TYPES:
+            if pattern.match(line):
+                return node
+    return None
+
+
+def _pleading_type(head: list[str], opening: str) -> str | None:
+    for line in head:
+        for pattern, node in _PLEADING_TYPES:
+            if pattern.match(line):
+                return node
+    return "doc_type:pleading" if _PLEADING_BODY.search(opening) else None
+
+
+def _first_heading_type(lines: Iterable[str]) -> str | None:
+    for line in lines:
+        if len(line) > 120:
+            continue
+        for pattern, node in _HEADING_PATTERNS:
+            if pattern.search(line):
+                return node
+    return None
+
+
+# ---------------------------------------------------------------------- dates
+
+_MONTHS = {
+    "januar": 1, "jänner": 1, "februar": 2, "märz": 3, "april": 4, "mai": 5, "juni": 6, "juli": 7,
+    "august": 8, "september": 9, "oktober": 10, "november": 11, "dezember": 12,
+    "jan": 1, "feb": 2, "mär": 3, "apr": 4, "jun": 6, "jul": 7, "aug": 8, "sep": 9, "sept": 9,
+    "okt": 10, "nov": 11, "dez": 12,
+}  # fmt: skip
+_DATE = (
+    r"(?:(?P<d1>\d{1,2})\.\s*(?P<month>[A-Za-zäÄ]{3,9})\.?\s+(?P<y1>\d{4})"
+    r"|(?P<d2>\d{1,2})\.(?P<m2>\d{1,2})\.(?P<y2>\d{4}|\d{2})\b"
+    r"|(?P<y3>\d{4})-(?P<m3>\d{2})-(?P<d3>\d{2})\b)"
+)
+_DECISION_DATE = re.compile(rf"(?:(?:Urteil|Beschluss|Entscheidung)\s+vom|Verkündet\s+am:?)\s+{_DATE}", re.I)
+_PLACE_DATE_LINE = re.compile(rf"^[A-ZÄÖÜ][\w .()/-]{{1,40}},\s*(?:den\s+|am\s+)?{_DATE}\s*$", re.MULTILINE)
+_LABELED_DATE = re.compile(rf"^(?:Datum|Stand|Date)\s*:\s*{_DATE}", re.MULTILINE | re.I)
+_HEADER_DATE = re.compile(r"^(?:Date|Datum): (.+)$", re.MULTILINE)
+_ANY_DATE = re.compile(_DATE)
+
+
+def find_doc_date(text: str) -> date | None:
+    """The date a document is of: decision date, place-and-date line, labeled date, mail date, first date on top."""
+    for pattern in (_DECISION_DATE, _PLACE_DATE_LINE, _LABELED_DATE):
+        for match in pattern.finditer(text):
+            found = _date_of(match)
+            if found:
+                return found
+    header = _HEADER_DATE.search(text[:1000])
+    if header:
+        found = _mail_date(header.group(1))
+        if found:
+            return found
+    for match in _ANY_DATE.finditer("\n".join(head_lines(text))):
+        found = _date_of(match)
+        if found:
+            return found
+    return None
+
+
+def _date_of(match: re.Match[str]) -> date | None:
+    parts = match.groupdict()
+    if parts["d1"]:
+        month = _MONTHS.get(parts["month"].lower())
+        day, year = parts["d1"], parts["y1"]
+    elif parts["d2"]:
+        month, day, year = int(parts["m2"]), parts["d2"], parts["y2"]
+    else:
+        month, day, year = int(parts["m3"]), parts["d3"], parts["y3"]
+    year_number = int(year) if len(year) == 4 else 2000 + int(year)
+    if month is None or not 1900 <= year_number <= 2100:
+        return None
+    try:
+        return date(year_number, month, int(day))
+    except ValueError:
+        return None
+
+
+def _mail_date(value: str) -> date | None:
+    try:
+        return email.utils.parsedate_to_datetime(value.strip()).date()
+    except (TypeError, ValueError):
+        return None
+
+
+# -------------------------------------------------------------------- parties
+
+_ROLE_WORDS = (
+    r"Kläger(?:in)?|Beklagte[rn]?|Antragsteller(?:in)?|Antragsgegner(?:in)?|Beschwerdeführer(?:in)?|"
+    r"Beschwerdegegner(?:in)?|Berufungskläger(?:in)?|Berufungsbeklagte[rn]?|Revisionskläger(?:in)?|"
+    r"Revisionsbeklagte[rn]?|Gläubiger(?:in)?|Schuldner(?:in)?|Streithelfer(?:in)?|Nebenintervenient(?:in)?|"
+    r"Vermieter(?:in)?|Mieter(?:in)?|Verpächter(?:in)?|Pächter(?:in)?|Arbeitgeber(?:in)?|Arbeitnehmer(?:in)?|"
+    r"Auftraggeber(?:in)?|Auftragnehmer(?:in)?|Verkäufer(?:in)?|Käufer(?:in)?|Darlehensgeber(?:in)?|"
+    r"Darlehensnehmer(?:in)?|Lizenzgeber(?:in)?|Lizenznehmer(?:in)?|Gesellschaft|Dienstleister(?:in)?|"
+    r"Kunde|Kundin|Berater(?:in)?|Verantwortliche[rn]?|Auftragsverarbeiter(?:in)?"
+)
+_RUBRUM_START = re.compile(r"^(?:in dem|in der|im) (?:rechtsstreit|verfahren|\w*sache)\b.*$", _LINE)
+_RUBRUM_ROLE = re.compile(rf"^(?:-\s*)?({_ROLE_WORDS})\b", re.MULTILINE)
+_RUBRUM_END = re.compile(r"^(hat|wegen|erkennt|beschließt|für recht erkannt)\b|^der \d+\. \w*senat|^das \w*gericht", _LINE)
+_CONTRACT_START = re.compile(r"^(?:wird\s+)?zwischen\b:?", _LINE)
+_CONTRACT_AND = re.compile(r"^und\s*$", _LINE)
+_CONTRACT_END = re.compile(r"^(§\s*\d|präambel|vorbemerkung|\d+\.\s|wird folgende|schließen folgende|wird nachstehende)", _LINE)
+_NAMED_ROLE = re.compile(
+    rf"(?:nachstehend|nachfolgend|im folgenden|im weiteren|im nachfolgenden)\s+(?:auch\s+)?[„\"»']?({_ROLE_WORDS})",
+    re.I,
+)
+_BRACKET_ROLE = re.compile(rf"(?:^|\()[-–\s]*(?:als\s+)?[„\"»]?({_ROLE_WORDS})[“\"«]?\s*[-–)]?\s*$", re.MULTILINE)
+_DEFAULT_ROLES = {
+    "doc_type:contract.lease": ("Vermieter", "Mieter"),
+    "doc_type:contract.employment": ("Arbeitgeber", "Arbeitnehmer"),
+    "doc_type:contract.managing_director": ("Gesellschaft", "Geschäftsführer"),
+    "doc_type:contract.purchase": ("Verkäufer", "Käufer"),
+    "doc_type:contract.loan": ("Darlehensgeber", "Darlehensnehmer"),
+    "doc_type:contract.service": ("Auftraggeber", "Auftragnehmer"),
+    "doc_type:contract.work": ("Auftraggeber", "Auftragnehmer"),
+}
+
+
+def find_parties(text: str, doc_type: str | None = None) -> list[Party]:
+    """Parties from a rubrum ("In dem Rechtsstreit ... gegen ...") or a contract preamble ("zwischen ... und ...")."""
+    opening = text[: OPENING_CHARS * 2]
+    rubrum = _RUBRUM_START.search(opening)
+    if rubrum:
+        return _rubrum_parties(opening[rubrum.end() :])
+    contract = _CONTRACT_START.search(opening)
+    if contract:
+        return _contract_parties(opening[contract.end() :], doc_type)
+    return []
+
+
+def _rubrum_parties(rest: str) -> list[Party]:
+    end = _RUBRUM_END.search(rest)
+    block = rest[: end.start()] if end else rest[:2000]
+    parties = []
+    for segment in re.split(r"^\s*gegen\s*$", block, flags=_LINE):
+        name = _party_name(segment)
+        role = _RUBRUM_ROLE.search(segment)
+        if name:
+            parties.append(Party(name=name, role=role.group(1) if role else None))
+    return parties
+
+
+def _contract_parties(rest: str, doc_type: str | None) -> list[Party]:
+    end = _CONTRACT_END.search(rest)
+    block = rest[: end.start()] if end else rest[:1500]
+    segments = _CONTRACT_AND.split(block, maxsplit=1) if _CONTRACT_AND.search(block) else block.split(" und ", 1)
+    defaults = _default_roles(doc_type)
+    parties = []
+    for position, segment in enumerate(segments[:2]):
+        name = _party_name(segment)
+        if not name:
+            continue
+        role = _NAMED_ROLE.search(segment) or _BRACKET_ROLE.search(segment)
+        parties.append(Party(name=name, role=role.group(1) if role else defaults[position]))
+    return parties
+
+
+def _default_roles(doc_type: str | None) -> tuple[str | None, str | None]:
+    for node, roles in _DEFAULT_ROLES.items():
+        if doc_type and (doc_type == node or doc_type.startswith(node + ".")):
+            return roles
+    return (None, None)
+
+
+def _party_name(segment: str) -> str | None:
+    """The first line that is not a role or a connector, up to its first comma."""
+    for line in segment.split("\n"):
+        line = line.strip(" \t-–")
+        if not line or _RUBRUM_ROLE.match(line) or re.match(r"^(vertreten durch|prozessbevollmächtigt|nachstehend|nachfolgend|im folgenden)", line, re.I):
+            continue
+        name = re.sub(r"^(\d+\.\s*)|^(der|die|den|dem|das)\s+(?=[A-ZÄÖÜ])", "", line.split(",")[0]).strip(" :")
+        return name or None
+    return None
+
+
+# --------------------------------------------------------- references, matter
+
+_REFERENCE_LABELS = re.compile(
+    r"(?:Unser(?:e)?\s+(?:Zeichen|Az\.?|Aktenzeichen|Gesch\.?-?Z(?:eichen|\.)?)|Ihr(?:e)?\s+(?:Zeichen|Az\.?|Aktenzeichen)"
+    r"|Aktenzeichen|Geschäftszeichen|Az\.|Vertrags(?:-?[Nn]r\.|nummer)|Rechnungs(?:-?[Nn]r\.|nummer)"
+    r"|Mandats(?:-?[Nn]r\.|nummer)|Kunden(?:-?[Nn]r\.|nummer)|Vorgangsnummer)"
+    r"\s*:?\s*(?P<value>[A-Za-z0-9ÄÖÜäöü][\w/.\-ÄÖÜäöü]*(?: [\w/.\-ÄÖÜäöü]+){0,3})",
+)
+_MATTER = re.compile(r"^(?:in (?:der |den )?sachen?|mandat|mandant|betreff|betr\.|az\.?|subject)\s*:?\s*(.+)$", _LINE)
+_MATTER_VERSUS = re.compile(r"([^\n,;:]+?\s\./\.\s[^\n,;]+?)(?=\s+[–-]\s|\s+wegen\s|[,;]|$)", re.M)
+
+
+def find_reference_numbers(text: str, case_numbers: Iterable[str]) -> list[str]:
+    """Labeled references (Unser Zeichen, Vertragsnummer, ...) in the opening, then case numbers."""
+    found = []
+    for match in _REFERENCE_LABELS.finditer(text[: OPENING_CHARS * 2]):
+        value = re.split(r"\s{2,}|\s+(?:vom|Datum|Seite)\b", match.group("value"))[0].rstrip(".,;")
+        found.append(value)
+    return _unique([*found, *case_numbers])
+
+
+def find_matter(text: str) -> str | None:
+    """A matter named in the opening: "In Sachen Müller ./. Schmidt", else any "X ./. Y"."""
+    opening = text[:OPENING_CHARS]
+    for line in _MATTER.finditer(opening):
+        versus = _MATTER_VERSUS.search(line.group(1))
+        if versus:
+            return " ".join(versus.group(1).split())
+        if line.group(0).lower().startswith(("in sache", "in der sache", "in den sachen", "mandat")):
+            return line.group(1).strip()
+    versus = _MATTER_VERSUS.search(opening)
+    return " ".join(versus.group(1).split()) if versus else None
+
+
+# --------------------------------------------------------------------- titles
+
+_GENERIC_TITLE = re.compile(
+    r"^(microsoft (word|powerpoint|excel)\s*-|untitled|ohne titel|unbenannt|dokument\s*\d*$|document\s*\d*$)|\.(docx?|pdf|rtf|odt)$",
+    re.I,
+)
+_SUBJECT_LINE = re.compile(r"^(?:Betreff|Betr\.|Subject|Re|AW|WG)\s*:\s*(.{3,200})$", re.MULTILINE | re.I)
+_NOT_A_HEADING = re.compile(
+    r"@|^\d{5}\s|^(seite|page)\s+\d|^(tel|fax|telefon|e-mail|www\.|http)|^(from|to|cc|date|von|an|datum):|[,;]$",
+    re.I,
+)
+
+
+def find_title(text: str, converter_title: str | None, doc_type: str | None, identifiers: list) -> str | None:
+    if doc_type and doc_type.startswith("doc_type:decision"):
+        composed = _decision_title(text, doc_type, identifiers)
+        if composed:
+            return composed
+    subject = _SUBJECT_LINE.search(text[:OPENING_CHARS])
+    if subject:
+        return subject.group(1).strip()
+    if converter_title and not _GENERIC_TITLE.search(converter_title.strip()):
+        return converter_title.strip()
+    for line in head_lines(text):
+        if 3 <= len(line) <= 120 and not _NOT_A_HEADING.search(line) and re.search(r"[A-Za-zÄÖÜäöü]{3}", line):
+            return line
+    return None
+
+
+_COURT_LINE = re.compile(r"^(bundes\w*gericht\w*|\w*gericht\w*(\s+[A-ZÄÖÜ][\w.-]+){0,3}|\w+gerichtshof)$", re.I)
+_COURT_SHORT = {
+    "bundesgerichtshof": "BGH",
+    "bundesverfassungsgericht": "BVerfG",
+    "bundesarbeitsgericht": "BAG",
+    "bundesfinanzhof": "BFH",
+    "bundessozialgericht": "BSG",
+    "bundesverwaltungsgericht": "BVerwG",
+}
+
+
+def _decision_title(text: str, doc_type: str, identifiers: list) -> str | None:
+    """"BGH, Urteil vom 12.03.2020 – VIII ZR 12/19": how German lawyers cite a decision."""
+    court = next((line for line in head_lines(text) if _COURT_LINE.match(line)), None)
+    kind = {"doc_type:decision.judgment": "Urteil", "doc_type:decision.order": "Beschluss"}.get(doc_type, "Bescheid")
+    when = find_doc_date(text)
+    case = next((i.normalized for i in identifiers if i.kind == "case_number"), None)
+    if not (court or case):
+        return None
+    parts = [_COURT_SHORT.get(court.lower(), court.title() if court.isupper() else court) if court else None]
+    parts.append(f"{kind} vom {when:%d.%m.%Y}" if when else kind)
+    title = ", ".join(part for part in parts if part)
+    return f"{title} – {case}" if case else title
+
+
+# -------------------------------------------------------------------- clauses
+
+_CLAUSE_HEADING = re.compile(
+    r"^(?:(?P<para>§\s*\d+[a-z]?)|(?P<art>Art(?:ikel|\.)\s*\d+[a-z]?)|(?:Ziffer\s+|Ziff\.\s*)?(?P<num>\d{1,2}(?:\.\d{1,2}){0,2}))"
+    r"\.?[ \t]+(?P<heading>[A-ZÄÖÜ][^\n]{1,80})$",
+    re.MULTILINE,
+)
+_CLAUSE_TYPES: tuple[tuple[str, str], ...] = (
+    (r"außerordentliche kündigung|fristlose kündigung", "clause_type:termination.extraordinary"),
+    (r"kündigung|beendigung", "clause_type:termination"),
+    (r"laufzeit|mietdauer|mietzeit|vertragsdauer|vertragsbeginn|dauer des", "clause_type:term"),
+    (r"haftungsbeschränkung|haftungsbegrenzung|haftungsausschluss", "clause_type:liability.limitation"),
+    (r"haftung", "clause_type:liability"),
+    (r"freistellung", "clause_type:indemnity"),
+    (r"gewährleistung|mängel|garantie", "clause_type:warranty"),
+    (r"vertraulichkeit|geheimhaltung|verschwiegenheit", "clause_type:confidentiality"),
+    (r"datenschutz", "clause_type:data_protection"),
+    (r"wettbewerbsverbot|konkurrenzschutz|wettbewerb", "clause_type:non_compete"),
+    (r"gerichtsstand", "clause_type:jurisdiction"),
+    (r"anwendbares recht|rechtswahl", "clause_type:governing_law"),
+    (r"schiedsgericht|schiedsklausel|schlichtung|mediation|streitbeilegung", "clause_type:dispute_resolution"),
+    (r"salvatorisch|teilunwirksamkeit|unwirksamkeit einzelner", "clause_type:severability"),
+    (r"schriftform", "clause_type:written_form"),
+    (r"kaution|mietsicherheit|sicherheitsleistung|bürgschaft", "clause_type:security_deposit"),
+    (r"wertsicherung|indexmiete|staffelmiete|mieterhöhung|preisanpassung", "clause_type:payment.price_adjustment"),
+    (r"\bmiete\b|nebenkosten|betriebskosten|mietzins", "clause_type:payment.rent"),
+    (r"vergütung|zahlung|honorar|\bpreis|gehalt|entgelt|bezüge", "clause_type:payment"),
+    (r"schönheitsreparatur|instandhaltung|instandsetzung|reparatur", "clause_type:maintenance"),
+    (r"vertragsstrafe", "clause_type:penalty"),
+    (r"höhere gewalt|force majeure", "clause_type:force_majeure"),
+    (r"abtretung|übertragung von rechten|rechtsnachfolge", "clause_type:assignment"),
+    (r"nutzungsrecht|urheberrecht|arbeitsergebnis|schutzrecht|erfindung", "clause_type:intellectual_property"),
+    (r"versicherung", "clause_type:insurance"),
+    (r"arbeitszeit", "clause_type:working_time"),
+    (r"urlaub", "clause_type:vacation"),
+    (r"probezeit", "clause_type:probation"),
+    (r"vertragsgegenstand|mietgegenstand|mietsache|mieträume|gegenstand des vertrages|leistungsumfang|tätigkeit", "clause_type:subject_matter"),
+)
+_CLAUSE_PATTERNS = tuple((re.compile(pattern, re.IGNORECASE), node) for pattern, node in _CLAUSE_TYPES)
+
+
+def classify_clause_heading(heading: str) -> str | None:
+    for pattern, node in _CLAUSE_PATTERNS:
+        if pattern.search(heading):
+            return node
+    return None
+
+
+def find_clauses(text: str) -> list[NotableClause]:
+    """Clauses under "§ N Überschrift" / "N. Überschrift" headings whose heading names a clause type."""
+    headings = [m for m in _CLAUSE_HEADING.finditer(text) if _is_heading(m.group("heading"))]
+    family = _dominant_family(headings)
+    headings = [m for m in headings if _family(m) == family]
+    clauses = []
+    for index, match in enumerate(headings):
+        clause_type = classify_clause_heading(match.group("heading"))
+        if clause_type is None:
+            continue
+        end = headings[index + 1].start() if index + 1 < len(headings) else _body_end(text, match.end())
+        clauses.append(NotableClause(locus=_locus(match), clause_type=clause_type, text=_excerpt(text[match.start() : end])))
+    return clauses
+
+
+def _body_end(text: str, start: int) -> int:
+    """The last clause ends where the signature block begins: at the place-and-date line."""
+    signature = _PLACE_DATE_LINE.search(text, start)
+    return signature.start() if signature else len(text)
+
+
+def _is_heading(heading: str) -> bool:
+    """A heading is short and not a sentence: numbered list items in running text are not clauses."""
+    words = heading.split()
+    return len(words) <= 8 and not heading.rstrip().endswith((".", ",", ";", ":"))
+
+
+def _family(match: re.Match[str]) -> str:
+    return "para" if match.group("para") else "art" if match.group("art") else "num"
+
+
+def _dominant_family(headings: list[re.Match[str]]) -> str | None:
+    """§ headings beat numbered ones: "1." inside a § is a paragraph number, not a clause."""
+    families = [_family(m) for m in headings]
+    for family in ("para", "art", "num"):
+        if family in families:
+            return family
+    return None
+
+
+def _locus(match: re.Match[str]) -> str:
+    if match.group("para"):
+        return "§ " + re.sub(r"§\s*", "", match.group("para"))
+    if match.group("art"):
+        return "Art. " + re.sub(r"^Art(?:ikel|\.)\s*", "", match.group("art"))
+    return f"Ziffer {match.group('num')}"
+
+
+def _excerpt(text: str) -> str:
+    text = text.strip()
+    if len(text) <= CLAUSE_EXCERPT_CHARS:
+        return text
+    cut = text.rfind(" ", 0, CLAUSE_EXCERPT_CHARS)
+    return text[: cut if cut > 0 else CLAUSE_EXCERPT_CHARS].rstrip() + " …"
+
+
+def _unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(value for value in values if value))
+
+
+# ----------------------------------------------------------------- extractors
+
+
+class RuleBasedExtractor:
+    """Deterministic German rules; the offline default and the fallback nobody has to pay for."""
+
+    def __init__(self, ontology: Ontology | None = None) -> None:
+        self._ontology = ontology or load_ontology()
+
+    @property
+    def producer(self) -> str:
+        return f"rules:{RULES_VERSION}"
+
+    def extract(self, text: str, *, title: str | None = None) -> DocumentMetadata:
+        from ki_core.identifiers import extract as extract_identifiers
+
+        identifiers = extract_identifiers(text)
+        doc_type = classify_doc_type(text, title)
+        is_contract = bool(doc_type) and doc_type.startswith("doc_type:contract")
+        return DocumentMetadata(
+            title=find_title(text, title, doc_type, identifiers),
+            doc_type=doc_type if doc_type in self._ontology else None,
+            matter=find_matter(text),
+            reference_numbers=find_reference_numbers(text, (i.normalized for i in identifiers if i.kind == "case_number")),
+            parties=find_parties(text, doc_type),
+            identifiers=_unique(i.normalized for i in identifiers),
+            doc_date=find_doc_date(text),
+            language=detect_language(text),
+            notable_clauses=find_clauses(text) if is_contract else [],
+        )
+
+
+# The model sees the start (type, parties, most clauses) and the end (jurisdiction, written form, signatures).
+LLM_HEAD_CHARS = 18000
+LLM_TAIL_CHARS = 6000
+
+LLM_INSTRUCTIONS = """Du extrahierst Metadaten aus Dokumenten einer deutschen Anwaltskanzlei.
+Antworte ausschließlich mit JSON nach dem vorgegebenen Schema.
+- title: der Titel des Dokuments, wie er im Dokument steht (bei Entscheidungen: "Gericht, Urteil vom TT.MM.JJJJ – Aktenzeichen").
+- doc_type: genau eine ID aus der Liste der Dokumenttypen, so spezifisch wie belegt; null, wenn keine passt.
+- matter: die Sache, wenn genannt (z. B. "Müller ./. Schmidt"), sonst null.
+- reference_numbers: Aktenzeichen, Geschäftszeichen, "Unser Zeichen", "Ihr Zeichen", Vertrags- und Rechnungsnummern, wörtlich.
+- parties: beteiligte Personen und Unternehmen mit ihrer Rolle (Kläger, Beklagte, Vermieter, Mieter, Arbeitgeber, Auftraggeber, ...).
+- identifiers: zitierte Normen, Aktenzeichen, ECLI, Registernummern (werden nachträglich normalisiert).
+- doc_date: Datum des Dokuments (Entscheidungsdatum, Briefdatum, Unterzeichnungsdatum) als JJJJ-MM-TT.
+- language: "de" oder "en".
+- notable_clauses: nur bei Verträgen; je Klausel locus ("§ 5", "Ziffer 3.2"), clause_type (eine ID aus der Liste der Klauseltypen) und der Wortlaut (höchstens 1200 Zeichen).
+Erfinde nichts: was nicht im Text steht, ist null oder eine leere Liste."""
+
+
+class LLMExtractor:
+    """Metadata by the chat gateway, held to the ontology and to our own identifier normalization."""
+
+    def __init__(self, gateway: ChatGateway, ontology: Ontology | None = None) -> None:
+        self._gateway = gateway
+        self._ontology = ontology or load_ontology()
+
+    @property
+    def producer(self) -> str:
+        return f"llm:{self._gateway.model}"
+
+    def extract(self, text: str, *, title: str | None = None) -> DocumentMetadata:
+        from ki_core.identifiers import extract as extract_identifiers
+
+        answer = self._gateway.complete_json(self._messages(text, title), DocumentMetadata)
+        identifiers = extract_identifiers(text)
+        return answer.model_copy(
+            update={
+                "doc_type": self._ontology.resolve(OntologyKind.DOC_TYPE, answer.doc_type),
+                "identifiers": _unique(i.normalized for i in identifiers),
+                "language": answer.language or detect_language(text),
+                "notable_clauses": [
+                    clause.model_copy(
+                        update={"clause_type": self._ontology.resolve(OntologyKind.CLAUSE_TYPE, clause.clause_type)}
+                    )
+                    for clause in answer.notable_clauses
+                ],
+            }
+        )
+
+    def _messages(self, text: str, title: str | None) -> list[dict[str, str]]:
+        vocabulary = "\n".join(
+            f"{node_id}: {self._ontology.label(node_id)}"
+            for kind in (OntologyKind.DOC_TYPE, OntologyKind.CLAUSE_TYPE)
+            for node_id in self._ontology.ids(kind)
+        )
+        shown = text
+        if len(text) > LLM_HEAD_CHARS + LLM_TAIL_CHARS:
+            shown = f"{text[:LLM_HEAD_CHARS]}\n\n[…]\n\n{text[-LLM_TAIL_CHARS:]}"
+        header = f"Dateititel: {title}\n\n" if title else ""
+        return [
+            {"role": "system", "content": f"{LLM_INSTRUCTIONS}\n\nDokumenttypen und Klauseltypen:\n{vocabulary}"},
+            {"role": "user", "content": f"{header}{shown}"},
+        ]
