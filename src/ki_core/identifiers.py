@@ -286,15 +286,17 @@ _FF = re.compile(r"\s?(ff\.?|f\.)(?![\w])")
 _RANGE = re.compile(r"\s*(?:bis(?![\w])|-|–|—)\s*")
 _LIST_SEP = re.compile(
     r"\s*(?:,(?:\s*(?:und|oder|sowie|bzw\.)(?![\w]))?|(?:und|oder|sowie|bzw\.|u\.)(?![\w])"
-    r"|i\.\s?V\.\s?m\.|in Verbindung mit(?![\w])|iVm(?![\w]))\s*"
+    r"|i\.\s?V\.\s?(?:m\.|mit(?![\w]))|in Verbindung mit(?![\w])|iVm(?![\w]))\s*"
 )
 # a bare number followed by one of these is a quantity, not another norm ("§ 5 und 10 Jahre")
 _QUANTITY_AFTER = re.compile(r"\s*(?:Jahre|Jahren|Monate|Monaten|Wochen|Tage|Tagen|Stunden|Prozent|Euro|EUR|DM|%)(?![\w])")
 # "... und § 7c und 2. die Durchführung": "2." numbers the next item of an enumeration
 _ENUMERATION_AFTER = re.compile(r"\.\s+[a-zäöüß]")
 _GROUP_SEP = re.compile(
-    r"\s*(?:,|;|und|oder|sowie|bzw\.|i\.\s?V\.\s?m\.|iVm|in Verbindung mit)?\s*"
-    r"(?:(?:die|der|des|den|dem|jeweils)\s+)?(?=§|Art|Paragra)"
+    r"\s*(?:,|;|und|oder|sowie|bzw\.|i\.\s?V\.\s?(?:m\.|mit)|iVm|in Verbindung mit)?\s*"
+    r"(?:(?:die|der|des|den|dem|jeweils)\s+)?"
+    r"(?:Anh(?:\.|ang)\s*(?:Nr\.\s*)?\d+[a-z]?\s*,\s*)?"  # "§ 3 Abs. 3 i.V. mit Anh. Nr. 13, § 5 Abs. 2 UWG"
+    r"(?=§|Art|Paragra)"
 )
 # "SozR 4-2500 § 13 Nr 33", "Buchholz 406.11 § 9 BauGB Nr. 74": collection numbering, not a norm
 _REPORTER_BEFORE = re.compile(r"(?:SozR|Buchholz|BVerwGE)\s*[\d.\-–]*\s*\Z")
@@ -317,6 +319,11 @@ _LAW_PAREN = re.compile(r"\s*(?:\((?P<a>[A-ZÄÖÜ][\w ./-]{1,15})\)|--\s*(?P<b>
 _LAW_VERSION = re.compile(r"\s*(?:[an]\.\s?F\.|[an]F(?![\w])|\((?:alt|neu)\))")
 _LAW_BEFORE = re.compile(
     r"(?:(?<=[\s(\[,;\"])|\A)(?P<law>[A-ZÄÖÜ][\w./-]*(?:\s(?:[IVX]{1,4}|\d{1,2}))?)(?:\s(?:1[89]|20)\d\d)?\s+\Z"
+)
+# "Palandt/Grüneberg, BGB, 79. Aufl., § 280", "Schlegelberger, HGB, Bd. 1, 4. Aufl., 1960, § 74", "Jansen FGG 2.Aufl. § 5"
+_COMMENTARY_LAW_BEFORE = re.compile(
+    r"(?<=[\s(,;/])(?P<law>[A-ZÄÖÜ][\w-]*(?:\s(?:[IVX]{1,4}|\d{1,2}))?)"
+    r"(?:,\s+Bd\.\s*[\dIVX]+)?(?:,?\s+\d{1,2}\.\s?Aufl(?:\.|age)(?:,?\s+\d{4})?|,\s+\d{4})?,?\s*\Z"
 )
 # a word that is a court or a journal, never a law, though it looks like an abbreviation
 _NOT_LAWS = frozenset(
@@ -693,13 +700,14 @@ def _extend_law(text: str, end: int, law: Law) -> int:
 
 
 def _law_before(text: str, head_start: int) -> _LawHit | None:
-    """Juris style, law first: 'GG Art 80 Abs 1', 'HGB §§ 74 ff', 'GmbHG 1892 § 13', 'DORA Art. 19'."""
+    """Law written first: juris style 'GG Art 80 Abs 1', 'HGB §§ 74 ff', 'GmbHG 1892 § 13', 'DORA Art. 19',
+    or a commentary 'Palandt/Grüneberg, BGB, 79. Aufl., § 280 Rn. 12'."""
     lo = max(0, head_start - 48)
     if m := _EU_ACT_BEFORE.search(text, lo, head_start):
         act = _eu_act_from_match(m)
         if act is not None:
             return _LawHit(act, m.start(), m.end())
-    m = _LAW_BEFORE.search(text, lo, head_start)
+    m = _LAW_BEFORE.search(text, lo, head_start) or _COMMENTARY_LAW_BEFORE.search(text, lo, head_start)
     if m is None:
         return None
     words = [(w, m.start("law") + i, 0) for w, i in _split_with_offsets(m.group("law"))]
@@ -786,7 +794,8 @@ _EU_ACT_CORE = (
 _EU_ACT = re.compile(
     r"(?:" + _EU_ACT_CORE + r")"
     r"|(?P<ba>\d{2}|\d{4})/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"
-    r"|(?:CELEX|celex|Celex)(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"
+    r"|(?:CELEX|celex|Celex)(?:-?Nr\.?)?(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"
+    r"|eli/(?P<eli>reg|dir|dec)(?:_impl|_del)?/(?P<eli_year>\d{4})/(?P<eli_num>\d{1,4})(?![\d])"
 )
 _EU_ACT_AFTER = re.compile(
     r"(?:(?:des|der|dem|den|einer|of(?:\s+the)?)\s+)?(?:(?:[A-ZÄÖÜ][a-zäöü]*ten|\d{1,2}\.)\s+)?" + _EU_ACT_CORE
@@ -799,7 +808,7 @@ _CELEX = re.compile(r"(?P<sector>3)(?P<year>\d{4})(?P<type>[RLD])(?P<num>\d{1,4}
 
 def _scan_eu_acts(text: str) -> Iterator[Identifier]:
     for m in _EU_ACT.finditer(text):
-        if not _at_word_start(text, m.start(), "/_-"):
+        if not (m.group("celex") or m.group("eli") or _at_word_start(text, m.start(), "/_")):
             continue
         act = _eu_act_from_match(m)
         if act is not None:
@@ -822,6 +831,9 @@ def _eu_act_from_match(m: re.Match[str]) -> Law | None:
             return None
         kind = {v: k for k, v in _CELEX_TYPES.items()}[c.group("type")]
         return _eu_act(kind, int(c.group("year")), int(c.group("num")), None, None)
+    if groups.get("eli"):
+        kind = {"reg": "VO", "dir": "RL", "dec": "Beschluss"}[groups["eli"]]
+        return _eu_act(kind, int(groups["eli_year"]), int(groups["eli_num"]), None, None)
     if groups.get("ba"):
         return _eu_act("RL", _year4(groups["ba"]), int(groups["bb"]), groups["bsuffix"], groups["ba"])
     kind_word, org, a, b = groups["type"], groups["org"], groups["a"], groups["b"]
