@@ -387,6 +387,9 @@ def _convert_msg(data: bytes) -> ConvertedText:
 
     if not olefile.isOleFile(data=data):
         raise ConversionError("not an Outlook MSG (OLE compound) file")
+    with olefile.OleFileIO(data) as container:
+        if not container.exists("__properties_version1.0"):
+            raise ConversionError("OLE compound file without MAPI properties: not an Outlook message")
     message = extract_msg.openMsg(data)
     try:
         if not isinstance(message, extract_msg.msg_classes.MessageBase):

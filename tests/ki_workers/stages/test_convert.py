@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from datetime import UTC, datetime
 from email.message import EmailMessage
 
 import pytest
@@ -20,6 +21,7 @@ from ki_workers.stages.convert import (
     convert,
     normalize_text,
 )
+from tests.ki_workers.stages.msg_builder import build_compound_file, build_msg
 
 UMLAUT_LINE = "§ 5 Kündigung – Größe der Räume, Übergabe"
 
@@ -278,6 +280,40 @@ def test_bytes_that_are_not_a_mail_are_rejected() -> None:
 # ---------------------------------------------------------------------- MSG
 
 
+def make_msg(*, body: str, html: str | None = None) -> bytes:
+    return build_msg(
+        subject="Kündigung Mietvertrag – Frist",
+        body=body,
+        html=html,
+        sender="Jörg Müller <mueller@kanzlei.example>",
+        to="Bärbel Schröder <schroeder@mandant.example>",
+        sent=datetime(2020, 3, 12, 9, 15, tzinfo=UTC),
+    )
+
+
+def test_msg_header_block_then_body() -> None:
+    data = make_msg(body="Sehr geehrte Frau Schröder,\r\n\r\ndie Frist läuft ab.\r\n\r\nMit freundlichen Grüßen")
+
+    result = convert(data, filename="Mail.MSG")
+
+    assert result.media_type == MEDIA_MSG
+    assert result.converter == "extract-msg"
+    assert result.title == "Kündigung Mietvertrag – Frist"
+    assert result.text == (
+        "From: Jörg Müller <mueller@kanzlei.example>\n"
+        "To: Bärbel Schröder <schroeder@mandant.example>\n"
+        "Date: Thu, 12 Mar 2020 09:15:00 +0000\n"
+        "Subject: Kündigung Mietvertrag – Frist\n\n"
+        "Sehr geehrte Frau Schröder,\n\ndie Frist läuft ab.\n\nMit freundlichen Grüßen"
+    )
+
+
+def test_msg_without_plain_body_falls_back_to_html() -> None:
+    data = make_msg(body="", html="<html><body><p>Grüße aus Köln</p><style>p{}</style></body></html>")
+
+    assert convert(data, filename="mail.msg").text.endswith("Subject: Kündigung Mietvertrag – Frist\n\nGrüße aus Köln")
+
+
 def test_msg_that_is_not_an_ole_file_is_rejected() -> None:
     with pytest.raises(ConversionError, match=r"^not an Outlook MSG \(OLE compound\) file$"):
         convert(make_eml(), filename="mail.msg")
@@ -289,6 +325,22 @@ def test_ole_file_that_is_not_a_message_is_unreadable() -> None:
 
     with pytest.raises(ConversionError, match=r"^unreadable Outlook MSG: "):
         convert(data, filename="mail.msg", media_type=MEDIA_MSG)
+
+
+def test_compound_file_without_message_class_is_unreadable() -> None:
+    # A valid compound file (like a .doc) that holds no MAPI message.
+    data = build_compound_file({"WordDocument": b"\x00" * 100})
+
+    with pytest.raises(ConversionError, match=r"^OLE compound file without MAPI properties: not an Outlook message$"):
+        convert(data, filename="mail.msg")
+
+
+def test_truncated_msg_is_unreadable() -> None:
+    data = make_msg(body="Text")
+
+    # olefile reads what it can of a cut-off container; the MAPI streams are then missing.
+    with pytest.raises(ConversionError, match=r"^(unreadable Outlook MSG: |OLE compound file without MAPI)"):
+        convert(data[:1600], filename="mail.msg")
 
 
 # ------------------------------------------------------------ text, Markdown
