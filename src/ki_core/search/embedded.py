@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import math
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -31,7 +32,7 @@ import numpy as np
 from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
 from ki_core.search.chunk_table import Admitted, ChunkTable
 from ki_core.search.index import BulkOperation, DeleteOp, IndexOp, update_access_ops
-from ki_core.search.text_index import TextIndex
+from ki_core.search.text_index import RankedChunks, TextIndex
 from ki_core.search.types import (
     AccessProjection,
     BulkFailure,
@@ -58,6 +59,12 @@ TEXT_DIR = "text"
 COMPACT_MIN_DEAD = 10_000
 COMPACT_DEAD_SHARE = 0.3
 _COPY_BLOCK_ROWS = 16_384
+# A scope listing more ids than this is not sent to tantivy as term sets: the text legs rank
+# under the metadata filters alone, oversampled, and the slot mask keeps the admitted hits
+# (a 16,000-id term set cost ~19 ms per query; see bench/index.py for this backend's figures).
+LARGE_SCOPE_TERMS = 512
+POST_FILTER_OVERSAMPLE = 1.5
+POST_FILTER_MAX_WINDOW = 10_000
 _ABSENT = object()
 
 
@@ -406,20 +413,42 @@ class EmbeddedIndex:
         problem = vector_problem(vector, self.dimensions)
         if problem:
             raise SearchBackendError(f"the semantic leg cannot run: query {problem}")
-        slots, scores = self.vectors.nearest(np.asarray(vector, dtype=np.float32), admitted.mask, admitted.count, request.size)
-        return tuple(self.table.leg_hit(int(s), float(v), rank) for rank, (s, v) in enumerate(zip(slots, scores)))
+        query = np.asarray(vector, dtype=np.float32)
+        slots, scores = self.vectors.nearest(query, admitted.mask, admitted.count, request.size)
+        return self.table.leg_hits(slots, scores.tolist())
 
     def _text_leg(self, leg_field: str, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:
+        if request.scope.term_count > LARGE_SCOPE_TERMS:
+            hits = self._post_filtered_text_leg(leg_field, request, admitted)
+            if hits is not None:
+                return hits
         strict = self.text.strict_filter(request.scope, request.filters)
-        hits: list[LegHit] = []
-        for hit in self.text.ranked(leg_field, request.query_text, strict, request.size):
-            slot = self.table.live_slot(hit.chunk_id)
-            # A hit must be the chunk the table holds (same stamp) and admitted: the mask is the
-            # fail-closed backstop behind tantivy's equivalent filter.
-            if slot is None or self.table.stamp[slot] != hit.stamp or not admitted.mask[slot]:
-                continue
-            hits.append(self.table.leg_hit(slot, hit.score, len(hits)))
-        return tuple(hits)
+        slots, scores = self._admitted_hits(self.text.ranked(leg_field, request.query_text, strict, request.size), admitted)
+        return self.table.leg_hits(slots, scores.tolist())
+
+    def _post_filtered_text_leg(
+        self, leg_field: str, request: MultiSearchRequest, admitted: Admitted
+    ) -> tuple[LegHit, ...] | None:
+        """A scope listing many documents: rank under the metadata filters alone and keep what the
+        slot mask admits. Exact when the oversampled window yields `size` admitted hits or holds
+        every match; otherwise None, and the caller runs the exact term-set filter."""
+        window = math.ceil(request.size * POST_FILTER_OVERSAMPLE * self.table.live_count / admitted.count)
+        if window > POST_FILTER_MAX_WINDOW:
+            return None
+        loose = self.text.strict_filter(None, request.filters)
+        ranked = self.text.ranked(leg_field, request.query_text, loose, window)
+        slots, scores = self._admitted_hits(ranked, admitted)
+        if len(slots) < request.size and len(ranked.chunk_ids) == window:
+            return None
+        return self.table.leg_hits(slots[: request.size], scores[: request.size].tolist())
+
+    def _admitted_hits(self, ranked: RankedChunks, admitted: Admitted) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, scores) of the ranked hits that are the chunk the table holds (same stamp) and
+        that the slot mask admits: the mask is the fail-closed backstop behind tantivy's filter."""
+        slots = self.table.slots_of(ranked.chunk_ids)
+        held = slots >= 0
+        held[held] &= (self.table.stamp[slots[held]] == ranked.stamps[held]) & admitted.mask[slots[held]]
+        return slots[held], ranked.scores[held]
 
     def search_filter(
         self, scope: ScopeFilter, filters: SearchFilters, size: int, offset: int = 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import tantivy
 from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
 
@@ -98,10 +99,15 @@ def chunk_document(chunk: IndexChunk, stamp: int) -> tantivy.Document:
 
 
 @dataclass(frozen=True, slots=True)
-class TextHit:
-    chunk_id: int
-    stamp: int
-    score: float
+class RankedChunks:
+    """A text leg's hits, best first, as parallel arrays."""
+
+    chunk_ids: list[int]
+    stamps: np.ndarray
+    scores: np.ndarray
+
+
+NO_HITS = RankedChunks([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
 
 
 class TextIndex:
@@ -120,7 +126,7 @@ class TextIndex:
         self.index.register_tokenizer(IDENTIFIER, self.identifier)
         self.index.config_reader(reload_policy="Manual")
         self.writer = self.index.writer(WRITER_HEAP_BYTES, 0) if writable else None
-        self._filters: dict[tuple[ScopeFilter, SearchFilters], Query] = {}
+        self._filters: dict[tuple[ScopeFilter | None, SearchFilters], Query] = {}
 
     # ------------------------------------------------------------------ writes
 
@@ -157,22 +163,24 @@ class TextIndex:
         stamps = searcher.fast_field_values("stamp", addresses)
         return dict(zip(ids, stamps, strict=True))
 
-    def ranked(self, leg_field: str, query_text: str, strict_filter: Query, limit: int) -> list[TextHit]:
+    def ranked(self, leg_field: str, query_text: str, strict_filter: Query, limit: int) -> RankedChunks:
         """BM25 top `limit` on one field inside the filter (the filter adds no score)."""
         matcher = self.match_query(leg_field, query_text)
         if matcher is None:
-            return []
+            return NO_HITS
         query = Query.boolean_query(
             [(Occur.Must, matcher), (Occur.Must, Query.const_score_query(strict_filter, 0.0))]
         )
         searcher = self.index.searcher()
         hits = searcher.search(query, limit, count=False).hits
         if not hits:
-            return []
-        addresses = [address for _, address in hits]
-        ids = searcher.fast_field_values("chunk_id", addresses)
-        stamps = searcher.fast_field_values("stamp", addresses)
-        return [TextHit(c, s, score) for (score, _), c, s in zip(hits, ids, stamps, strict=True)]
+            return NO_HITS
+        scores, addresses = zip(*hits, strict=True)
+        return RankedChunks(
+            chunk_ids=searcher.fast_field_values("chunk_id", list(addresses)),
+            stamps=np.array(searcher.fast_field_values("stamp", list(addresses)), dtype=np.int64),
+            scores=np.array(scores, dtype=np.float64),
+        )
 
     def match_query(self, leg_field: str, query_text: str) -> Query | None:
         """OR of the analyzed query tokens, like OpenSearch's `match` (no query syntax, no regex parsing)."""
@@ -186,13 +194,20 @@ class TextIndex:
 
     # ----------------------------------------------------------------- filters
 
-    def strict_filter(self, scope: ScopeFilter, filters: SearchFilters) -> Query:
-        """The scope and metadata filters as one tantivy query, cached: building a large term set costs ms."""
+    def strict_filter(self, scope: ScopeFilter | None, filters: SearchFilters) -> Query:
+        """The scope (None: no scope) and metadata filters as one tantivy query, cached: building a
+        large term set costs milliseconds."""
         key = (scope, filters)
         query = self._filters.get(key)
         if query is None:
-            clauses = [self.scope_query(scope), *self.metadata_queries(filters)]
-            query = clauses[0] if len(clauses) == 1 else Query.boolean_query([(Occur.Must, c) for c in clauses])
+            clauses = [self.scope_query(scope)] if scope is not None else []
+            clauses += self.metadata_queries(filters)
+            if not clauses:
+                query = Query.all_query()
+            elif len(clauses) == 1:
+                query = clauses[0]
+            else:
+                query = Query.boolean_query([(Occur.Must, c) for c in clauses])
             if len(self._filters) >= 256:
                 self._filters.pop(next(iter(self._filters)))
             self._filters[key] = query

@@ -6,10 +6,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ki_core.search.embedded as embedded_module
 from ki_core.config import Settings
@@ -27,7 +29,7 @@ from ki_core.search.types import (
 )
 from ki_core.search.vector_index import DENSE_FRACTION
 from tests.ki_core.search.conftest import DIMS, EVERYTHING, FIXTURE_CHUNKS, admitted_ids, unit_vector, write_fixture
-from tests.ki_core.search.test_contract import BY_ID, filter_sets, ids, scopes, search
+from tests.ki_core.search.test_contract import BROAD_QUERY, BY_ID, filter_sets, ids, scopes, search
 
 
 @pytest.fixture
@@ -204,6 +206,25 @@ def test_the_tantivy_filter_admits_exactly_what_the_slot_mask_admits(
     text = shared_loaded_index.text
     matched = text.index.searcher().search(text.strict_filter(scope, filters), 100).count
     assert matched == shared_loaded_index.table.admitted(scope, filters).count == len(admitted_ids(scope, filters))
+
+
+BROAD_FILTERS = [SearchFilters(), SearchFilters(chunk_kind="chunk"), SearchFilters(doc_type="contract"),
+                 SearchFilters(version_status="final")]  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scope=scopes, filters=st.sampled_from(BROAD_FILTERS), size=st.integers(1, 30))
+def test_post_filtering_a_long_scope_ranks_exactly_like_the_term_set_filter(
+    shared_loaded_index, scope: ScopeFilter, filters: SearchFilters, size: int
+) -> None:
+    if not isinstance(shared_loaded_index, EmbeddedIndex):
+        return
+    request = MultiSearchRequest(query_text=BROAD_QUERY + " § 573c BGB", query_vector=None, scope=scope,
+                                 filters=filters, size=size)  # fmt: skip
+    exact = shared_loaded_index.multi_search(request)
+    with patch.object(embedded_module, "LARGE_SCOPE_TERMS", -1):
+        post_filtered = shared_loaded_index.multi_search(request)
+    assert post_filtered == exact
 
 
 @pytest.mark.parametrize(

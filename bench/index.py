@@ -1,0 +1,314 @@
+"""Embedded search backend at scale: bulk rate, disk size, per-leg latency, recall, access updates.
+
+Builds N chunks of real statute text (../shared/data/statutes and statutes-extra, about
+50,000 Absätze, repeated across projects to reach N) in 2,000 documents of 50 projects,
+with random unit vectors, in the embedded backend; then prints p50/p95 of each leg and of
+the whole multi-search under a scope of whole projects admitting ~10 % and ~90 % of the
+documents (and one listing 1,000 single documents), recall@10 of the semantic leg against
+numpy brute force inside the filter, the access-only update time per document, and the
+same legs done by numpy brute force and a plain Python/numpy BM25, as ratios.
+
+    .venv/bin/python bench/index.py [--n 100000] [--dims 384] [--queries 200] [--path DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+
+from ki_core.search.embedded import EmbeddedIndex
+from ki_core.search.index import IndexOp
+from ki_core.search.text_index import german_analyzer
+from ki_core.search.types import AccessProjection, IndexChunk, Leg, MultiSearchRequest, ScopeFilter, SearchFilters
+
+DOCUMENTS = 2_000
+PROJECTS = 50
+STATUSES = ("executed", "final", "draft", "unknown")
+DOC_TYPES = (
+    ("contract", "contract.lease"),
+    ("contract", "contract.employment"),
+    ("contract", "contract.purchase"),
+    ("correspondence", "correspondence.letter"),
+    ("pleading",),
+)
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@dataclass
+class Corpus:
+    texts: list[str]
+    identifiers: list[str]
+    vectors: np.ndarray  # unit rows, one per chunk
+    document_of: np.ndarray  # chunk -> document number
+    project_of_document: np.ndarray
+
+
+def load_records(data: Path) -> tuple[list[str], list[str]]:
+    """Statute Absätze and an identifier per Absatz ("§ 573c BGB")."""
+    texts, identifiers = [], []
+    for folder in ("statutes", "statutes-extra"):
+        for path in sorted((data / folder).glob("*.jsonl.gz")):
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                for line in handle:
+                    record = json.loads(line)
+                    if record.get("text"):
+                        texts.append(record["text"])
+                        identifiers.append(f"{record['section']} {record['law']}")
+    return texts, identifiers
+
+
+def build_corpus(n: int, dims: int, data: Path, rng: np.random.Generator) -> Corpus:
+    texts, identifiers = load_records(data)
+    vectors = rng.standard_normal((n, dims), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    # Chunks of a document are contiguous (ingested together); documents land in random projects.
+    document_of = rng.permutation(DOCUMENTS)[np.arange(n) * DOCUMENTS // n]
+    project_of_document = rng.integers(0, PROJECTS, DOCUMENTS)
+    return Corpus(texts, identifiers, vectors, document_of, project_of_document)
+
+
+def chunk(corpus: Corpus, i: int) -> IndexChunk:
+    document = int(corpus.document_of[i])
+    record = i % len(corpus.texts)
+    doc_type = DOC_TYPES[document % len(DOC_TYPES)]
+    return IndexChunk(
+        chunk_id=i + 1,
+        text=corpus.texts[record],
+        embedding=tuple(corpus.vectors[i].tolist()),
+        project_id=f"p{int(corpus.project_of_document[document]):02d}",
+        document_id=f"d{document:04d}",
+        document_version_id=f"d{document:04d}-v1",
+        matter_id=f"m{document % 300:03d}",
+        doc_type=doc_type[-1],
+        doc_type_ancestors=doc_type,
+        version_status=STATUSES[document % len(STATUSES)],
+        language="de",
+        doc_date=date(2015, 1, 1) + timedelta(days=document * 3 % 3650),
+        chunk_kind="clause" if i % 17 == 0 else "chunk",
+        clause_type="clause.termination" if i % 17 == 0 else None,
+        identifiers=(corpus.identifiers[record], f"{document % 12 + 1} AZR {document}/19"),
+        allowed_principals=(f"group:p{int(corpus.project_of_document[document]):02d}",),
+    )
+
+
+def batches(n: int, size: int) -> Iterator[range]:
+    for start in range(0, n, size):
+        yield range(start, min(start + size, n))
+
+
+# ---------------------------------------------------------------- baselines
+
+
+class NumpyBM25:
+    """Plain BM25 (k1 1.2, b 0.75) over an inverted index of numpy arrays, same German analyzer."""
+
+    def __init__(self, texts: list[str], k1: float = 1.2, b: float = 0.75):
+        analyzer = german_analyzer()
+        postings: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        lengths = np.zeros(len(texts), dtype=np.float32)
+        for row, text in enumerate(texts):
+            tokens = analyzer.analyze(text)
+            lengths[row] = len(tokens)
+            for term, tf in Counter(tokens).items():
+                postings[term].append((row, tf))
+        self.analyzer = analyzer
+        self.n = len(texts)
+        norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1.0))
+        self.postings = {}
+        for term, pairs in postings.items():
+            rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
+            tf = np.fromiter((t for _, t in pairs), dtype=np.float32, count=len(pairs))
+            idf = math.log(1 + (self.n - len(pairs) + 0.5) / (len(pairs) + 0.5))
+            self.postings[term] = (rows, idf * tf * (k1 + 1) / (tf + norm[rows]))
+
+    def top(self, query: str, mask: np.ndarray, k: int) -> np.ndarray:
+        scores = np.zeros(self.n, dtype=np.float32)
+        for term in self.analyzer.analyze(query):
+            if term in self.postings:
+                rows, contribution = self.postings[term]
+                scores[rows] += contribution
+        scores[~mask] = 0.0
+        hits = np.flatnonzero(scores)
+        if len(hits) > k:
+            hits = hits[np.argpartition(-scores[hits], k)[:k]]
+        return hits[np.argsort(-scores[hits])]
+
+
+def numpy_knn(vectors: np.ndarray, query: np.ndarray, mask: np.ndarray, k: int) -> np.ndarray:
+    rows = np.flatnonzero(mask)
+    scores = vectors[rows] @ query
+    top = np.argpartition(-scores, min(k, len(rows) - 1))[:k] if len(rows) > k else np.arange(len(rows))
+    return rows[top[np.argsort(-scores[top])]]
+
+
+# ------------------------------------------------------------------- timing
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = fn()
+    return (time.perf_counter() - start) * 1000, result
+
+
+def p50_p95(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def disk_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@dataclass
+class Scenario:
+    name: str
+    scope: ScopeFilter
+    mask: np.ndarray  # over chunk rows (chunk_id - 1)
+
+
+def scenarios(corpus: Corpus, rng: random.Random) -> list[Scenario]:
+    projects = [f"p{p:02d}" for p in range(PROJECTS)]
+    project_of_chunk = corpus.project_of_document[corpus.document_of]
+    result = []
+    for name, count in (("10% (5 projects)", PROJECTS // 10), ("90% (45 projects)", PROJECTS * 9 // 10)):
+        chosen = rng.sample(range(PROJECTS), count)
+        result.append(Scenario(name, ScopeFilter(project_ids=frozenset(projects[p] for p in chosen)),
+                               np.isin(project_of_chunk, chosen)))  # fmt: skip
+    documents = rng.sample(range(DOCUMENTS), DOCUMENTS // 2)
+    result.append(Scenario("50% (1,000 listed documents)",
+                           ScopeFilter(document_ids=frozenset(f"d{d:04d}" for d in documents)),
+                           np.isin(corpus.document_of, documents)))  # fmt: skip
+    return result
+
+
+def queries(corpus: Corpus, count: int, rng: random.Random, dims: int) -> list[tuple[str, str, np.ndarray]]:
+    """(lexical text, identifier text, vector near a random chunk)."""
+    result = []
+    nprng = np.random.default_rng(7)
+    for _ in range(count):
+        words = [w for w in rng.choice(corpus.texts).split() if len(w) > 3]
+        start = rng.randrange(max(1, len(words) - 5))
+        row = rng.randrange(len(corpus.vectors))
+        near = corpus.vectors[row] + nprng.standard_normal(dims).astype(np.float32) * 0.05
+        result.append((" ".join(words[start : start + 5]), rng.choice(corpus.identifiers), near / np.linalg.norm(near)))
+    return result
+
+
+def bench_legs(index: EmbeddedIndex, corpus: Corpus, scenario: Scenario, qs: list, size: int, bm25: NumpyBM25, cold: bool) -> dict:
+    timings: dict[str, list[float]] = defaultdict(list)
+    recall = []
+    for text, identifier, vector in qs:
+        request = MultiSearchRequest(query_text=f"{text} {identifier}", query_vector=tuple(vector.tolist()),
+                                     scope=scenario.scope, size=size)  # fmt: skip
+        if cold:  # a scope seen for the first time: mask and tantivy filter are built inside the timing
+            index.table._masks.clear()
+            index.text._filters.clear()
+        ms, result = timed(lambda: index.multi_search(request))
+        timings["multi_search"].append(ms)
+        admitted = index.table.admitted(scenario.scope, None)
+        for leg, leg_request in ((Leg.LEXICAL, request), (Leg.IDENTIFIER, request), (Leg.SEMANTIC, request)):
+            ms, _ = timed(lambda: index._leg(leg, leg_request, admitted))  # noqa: SLF001 - a leg alone
+            timings[leg.value].append(ms)
+        ms, _ = timed(lambda: index.table.admitted(ScopeFilter(project_ids=scenario.scope.project_ids | {"x"},
+                                                               document_ids=scenario.scope.document_ids), None))  # fmt: skip
+        timings["scope mask (uncached)"].append(ms)
+        truth = set((numpy_knn(corpus.vectors, vector, scenario.mask, 10) + 1).tolist())
+        got = {hit.chunk_id for hit in result.hits(Leg.SEMANTIC)[:10]}
+        recall.append(len(truth & got) / 10)
+        ms, _ = timed(lambda: numpy_knn(corpus.vectors, vector, scenario.mask, size))
+        timings["numpy kNN"].append(ms)
+        ms, _ = timed(lambda: bm25.top(text, scenario.mask, size))
+        timings["numpy BM25"].append(ms)
+    return {"timings": timings, "recall": statistics.mean(recall)}
+
+
+def report(scenario: Scenario, results: dict, label: str) -> None:
+    timings = results["timings"]
+    admitted = scenario.mask.mean()
+    print(f"\n{scenario.name} [{label}]: {admitted:.0%} of chunks admitted, recall@10 {results['recall']:.3f}")
+    for name in ("lexical", "identifier", "semantic", "multi_search", "scope mask (uncached)", "numpy BM25", "numpy kNN"):
+        p50, p95 = p50_p95(timings[name])
+        print(f"  {name:<24} p50 {p50:7.2f} ms   p95 {p95:7.2f} ms")
+    lex, bm = statistics.median(timings["lexical"]), statistics.median(timings["numpy BM25"])
+    sem, knn = statistics.median(timings["semantic"]), statistics.median(timings["numpy kNN"])
+    print(f"  ratio lexical/numpy-BM25 {lex / bm:.2f}   semantic/numpy-kNN {sem / knn:.2f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--dims", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--size", type=int, default=400, help="hits per leg (spec: 400 for a first page)")
+    parser.add_argument("--path", type=Path, default=None, help="index directory (default: a temporary one)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--batch", type=int, default=2_000, help="chunks per bulk call (= per commit)")
+    args = parser.parse_args()
+
+    rng = random.Random(42)
+    workdir = args.path or Path(tempfile.mkdtemp(prefix="ki-bench-index-"))
+    if args.path and workdir.exists():
+        shutil.rmtree(workdir)
+    corpus = build_corpus(args.n, args.dims, args.data, np.random.default_rng(42))
+    print(f"{args.n:,} chunks x {args.dims} dims, {DOCUMENTS:,} documents in {PROJECTS} projects, "
+          f"{len(corpus.texts):,} distinct statute texts; index at {workdir}")  # fmt: skip
+
+    index = EmbeddedIndex(workdir, dimensions=args.dims, commit_batch_chunks=args.batch)
+    index.ensure()
+    build_ms = bulk_ms = 0.0
+    for rows in batches(args.n, args.batch):
+        ms, ops = timed(lambda: [IndexOp(chunk(corpus, i)) for i in rows])
+        build_ms += ms
+        ms, _ = timed(lambda: index.bulk(ops))
+        bulk_ms += ms
+    print(f"bulk: {args.n / (bulk_ms / 1000):,.0f} chunks/s ({bulk_ms / 1000:.1f} s in bulk(), "
+          f"{build_ms / 1000:.1f} s building IndexChunk models), commit every {args.batch:,} chunks")  # fmt: skip
+    print(f"disk: {disk_bytes(workdir) / 1e6:,.1f} MB "
+          f"(text {disk_bytes(workdir / 'text') / 1e6:,.1f} MB, vectors "
+          f"{sum(p.stat().st_size for p in workdir.glob('vectors-*.f32')) / 1e6:,.1f} MB)")  # fmt: skip
+    ms, _ = timed(lambda: EmbeddedIndex(workdir, dimensions=args.dims, read_only=True).ensure())
+    print(f"open read-only (load columns + vectors): {ms:,.0f} ms")
+
+    bm25 = NumpyBM25([corpus.texts[i % len(corpus.texts)] for i in range(args.n)])
+    qs = queries(corpus, args.queries, rng, args.dims)
+    for scenario in scenarios(corpus, rng):
+        report(scenario, bench_legs(index, corpus, scenario, qs, args.size, bm25, cold=False), "warm filter cache")
+        report(scenario, bench_legs(index, corpus, scenario, qs[: max(20, len(qs) // 4)], args.size, bm25, cold=True),
+               "cold: mask + tantivy filter built per query")  # fmt: skip
+
+    bench_access_updates(index, corpus)
+    index.close()
+    if args.path is None:
+        shutil.rmtree(workdir)
+    return 0
+
+
+def bench_access_updates(index: EmbeddedIndex, corpus: Corpus, documents: int = 50) -> None:
+    samples = []
+    for document in random.Random(1).sample(range(DOCUMENTS), documents):
+        chunk_ids = tuple(int(i) + 1 for i in np.flatnonzero(corpus.document_of == document))
+        projection = AccessProjection(document_version_id=f"d{document:04d}-v1", chunk_ids=chunk_ids,
+                                      allowed_principals=("user:bench",), denied_principals=(), access_version=2)  # fmt: skip
+        ms, _ = timed(lambda: index.update_access([projection]))
+        samples.append(ms)
+    p50, p95 = p50_p95(samples)
+    print(f"\naccess-only update per document ({len(chunk_ids)} chunks, one commit each): p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
