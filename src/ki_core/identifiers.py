@@ -18,7 +18,7 @@ import json
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib.resources import files
 from typing import Literal
@@ -33,7 +33,7 @@ class Identifier(BaseModel):
 
     Kind-specific parts are None where they do not apply: statute and EU
     article references fill law/section/absatz/satz/nummer/buchstabe, case
-    numbers and ECLIs court/date, register numbers register/number/court,
+    numbers and ECLIs court/date, register numbers register_type/number/court,
     EU references celex where it is determinable.
     """
 
@@ -68,21 +68,20 @@ def extract(
     `context_section` (e.g. "§ 204") additionally resolves relative references
     such as "Absatz 1 Nr. 6a", which are skipped without it.
     """
-    found: list[Identifier] = []
-    eclis = list(_scan_eclis(text))
-    taken = _SpanIndex((i.start, i.end) for i in eclis)
-    found += eclis
-    statutes = [i for i in _scan_statutes(text, context_law, context_section) if not taken.overlaps(i.start, i.end)]
-    acts = [i for i in _scan_eu_acts(text) if not taken.overlaps(i.start, i.end)]
-    found += statutes + _dedupe_eu_acts(acts, statutes)
-    eu_cases = [i for i in _scan_eu_cases(text) if not taken.overlaps(i.start, i.end)]
-    found += eu_cases
-    taken = _SpanIndex((i.start, i.end) for i in found)
-    case_numbers = [i for i in _scan_case_numbers(text) if not taken.overlaps(i.start, i.end)]
-    found += case_numbers
-    taken = _SpanIndex((i.start, i.end) for i in found)
-    found += [i for i in _scan_registers(text) if not taken.overlaps(i.start, i.end)]
+    # An ECLI hides what its ordinal looks like; statutes and EU references come next;
+    # a case number or register number inside an earlier span is part of that span.
+    found = list(_scan_eclis(text))
+    statutes = _outside(_scan_statutes(text, context_law, context_section), found)
+    acts = _outside(_scan_eu_acts(text), found)
+    found += statutes + _dedupe_eu_acts(acts, statutes) + _outside(_scan_eu_cases(text), found)
+    found += _outside(_scan_case_numbers(text), found)
+    found += _outside(_scan_registers(text), found)
     return sorted(found, key=lambda i: (i.start, i.end, i.kind))
+
+
+def _outside(candidates: Iterable[Identifier], taken: list[Identifier]) -> list[Identifier]:
+    index = _SpanIndex((i.start, i.end) for i in taken)
+    return [i for i in candidates if not index.overlaps(i.start, i.end)]
 
 
 def identifiers_text(ids: Iterable[Identifier]) -> str:
@@ -289,7 +288,9 @@ _LIST_SEP = re.compile(
     r"|i\.\s?V\.\s?(?:m\.|mit(?![\w]))|in Verbindung mit(?![\w])|iVm(?![\w]))\s*"
 )
 # a bare number followed by one of these is a quantity, not another norm ("§ 5 und 10 Jahre")
-_QUANTITY_AFTER = re.compile(r"\s*(?:Jahre|Jahren|Monate|Monaten|Wochen|Tage|Tagen|Stunden|Prozent|Euro|EUR|DM|%)(?![\w])")
+_QUANTITY_AFTER = re.compile(
+    r"\s*(?:Jahre|Jahren|Monate|Monaten|Wochen|Tage|Tagen|Stunden|Prozent|Euro|EUR|DM|%)(?![\w])"
+)
 # "... und § 7c und 2. die Durchführung": "2." numbers the next item of an enumeration
 _ENUMERATION_AFTER = re.compile(r"\.\s+[a-zäöüß]")
 _GROUP_SEP = re.compile(
@@ -301,8 +302,10 @@ _GROUP_SEP = re.compile(
 # "SozR 4-2500 § 13 Nr 33", "Buchholz 406.11 § 9 BauGB Nr. 74": collection numbering, not a norm
 _REPORTER_BEFORE = re.compile(r"(?:SozR|Buchholz|BVerwGE)\s*[\d.\-–]*\s*\Z")
 _ARTICLE_WORDS = frozenset({"des", "der", "dem", "den", "im", "zum", "zur", "vom"})
-_DETERMINERS = _ARTICLE_WORDS | {"dieses", "dieser", "diesem", "seines", "seiner", "ihres", "ihrer", "eines", "einer", "jenes"}
-_THIS_LAW = re.compile(r"\s*(?:dieses|dieser|diesem)\s+(?:Gesetzes|Gesetz|Verordnung|Gesetzbuchs|Gesetzbuches|Buches|Code)(?![\w])")
+_DETERMINERS = _ARTICLE_WORDS | {"dieses", "dieser", "diesem", "seines", "seiner", "ihres", "ihrer", "eines", "einer"}
+_THIS_LAW = re.compile(
+    r"\s*(?:dieses|dieser|diesem)\s+(?:Gesetzes|Gesetz|Verordnung|Gesetzbuchs|Gesetzbuches|Buches|Code)(?![\w])"
+)
 _INSTRUMENT_NOUN = re.compile(
     r"(?:gesetz|gesetzes|gesetzbuch|gesetzbuchs|gesetzbuches|ordnung|verordnung|vertrag|vertrages|vertrags|"
     r"satzung|vereinbarung|richtlinie|abkommens?|statuts?|bedingungen|regelung|tarifvertrags?|tarifvertrages|agb)$"
@@ -320,7 +323,8 @@ _LAW_VERSION = re.compile(r"\s*(?:[an]\.\s?F\.|[an]F(?![\w])|\((?:alt|neu)\))")
 _LAW_BEFORE = re.compile(
     r"(?:(?<=[\s(\[,;\"])|\A)(?P<law>[A-ZÄÖÜ][\w./-]*(?:\s(?:[IVX]{1,4}|\d{1,2}))?)(?:\s(?:1[89]|20)\d\d)?\s+\Z"
 )
-# "Palandt/Grüneberg, BGB, 79. Aufl., § 280", "Schlegelberger, HGB, Bd. 1, 4. Aufl., 1960, § 74", "Jansen FGG 2.Aufl. § 5"
+# commentaries: "Palandt/Grüneberg, BGB, 79. Aufl., § 280", "Schlegelberger, HGB, Bd. 1, 4. Aufl., 1960, § 74",
+# "Jansen FGG 2.Aufl. § 5"
 _COMMENTARY_LAW_BEFORE = re.compile(
     r"(?<=[\s(,;/])(?P<law>[A-ZÄÖÜ][\w-]*(?:\s(?:[IVX]{1,4}|\d{1,2}))?)"
     r"(?:,\s+Bd\.\s*[\dIVX]+)?(?:,?\s+\d{1,2}\.\s?Aufl(?:\.|age)(?:,?\s+\d{4})?|,\s+\d{4})?,?\s*\Z"
@@ -371,7 +375,11 @@ def _scan_statutes(text: str, context_law: str | None, context_section: str | No
     if context_law and context is None:
         context = Law(abbr=context_law)
     resume = 0
-    heads = [(m.start(), m) for m in _STATUTE_HEAD.finditer(text) if text[m.start()] == "§" or _at_word_start(text, m.start())]
+    heads = [
+        (m.start(), m)
+        for m in _STATUTE_HEAD.finditer(text)
+        if text[m.start()] == "§" or _at_word_start(text, m.start())
+    ]
     if context_section:
         heads += [(m.start(), m) for m in _REL_HEAD.finditer(text)]
         heads.sort(key=lambda h: h[0])
@@ -463,67 +471,124 @@ def _looks_like_kind_of(text: str, head_start: int, num_start: int, num_end: int
     return "\n" in text[head_start:num_start] and (num_end >= len(text) or text[num_end] == "\n")
 
 
+@dataclass
+class _ChainState:
+    """A chain being read: the path of the current norm, the norms already complete, the read position."""
+
+    text: str
+    path: list[_Part]
+    pos: int
+    is_par: bool
+    plural: bool
+    leaves: list[list[_Part]] = field(default_factory=list)
+    roman: bool = False  # Absätze written as Roman numerals: a bare number after one is a Satz
+
+    def child(self, part: _Part, end: int) -> bool:
+        self.path.append(part)
+        self.pos = end
+        return True
+
+    def amend(self, end: int, **changes: str) -> bool:
+        self.path[-1] = replace(self.path[-1], **changes)
+        self.pos = end
+        return True
+
+
 def _parse_chain(text: str, start: int, pos: int, path: list[_Part], is_par: bool, plural: bool) -> _Chain:
-    leaves: list[list[_Part]] = []
-    end = pos
-    roman = False
-    while True:
-        cur = path[-1]
-        if not cur.suffix and (m := _FF.match(text, pos)):
-            path[-1] = replace(cur, suffix=" ff." if m.group(1).startswith("ff") else " f.")
-            pos = end = m.end()
-            continue
-        if "-" not in cur.value and (m := _RANGE.match(text, pos)) and (v := _value_at(text, m.end(), cur.level)):
-            path[-1] = replace(cur, value=f"{cur.value}-{v[0]}")
-            pos = end = v[1]
-            continue
-        if not is_par and len(path) == 1 and (m := _NESTED_SEC.match(text, pos)):
-            path.append(_Part(SUBSEC, "§", m.group(1)))
-            pos = end = m.end()
-            continue
-        if d := _designator_at(text, pos):
-            path.append(_Part(d[0], d[1], d[2]))
-            pos = end = d[3]
-            roman = False
-            continue
-        if m := _ORDINAL_DESIGNATOR.match(text, pos):
-            value = _ORDINALS[m.group("word")] if m.group("word") else m.group("num")
-            level, label = (HS, "Halbsatz") if m.group("what").startswith("H") else (ALT, "Var." if m.group("what").startswith("V") else "Alt.")
-            path.append(_Part(level, label, value))
-            pos = end = m.end()
-            continue
-        if cur.level == NR and (m := _ENUM_LETTER.match(text, pos)):
-            path.append(_Part(BUCHST, "Buchst.", m.group("v")))
-            pos = end = m.end()
-            continue
-        if m := _PAREN_VALUE.match(text, pos):
-            part = _Part(ABS, "(", m.group("num")) if m.group("num") else _Part(BUCHST, "Buchst.", m.group("letter"))
-            path.append(part)
-            pos = end = m.end()
-            continue
-        p = _skip_ws(text, pos)
-        if p > pos and len(path) == 1 and (m := _ROMAN.match(text, p)) and m.group(1):
-            path.append(_Part(ABS, "Abs.", str(_roman_to_int(m.group(1)))))
-            pos = end = m.end()
-            roman = True
-            continue
-        if p > pos and roman and cur.level == ABS and (m := _NUM_VALUE.match(text, p)):
-            path.append(_Part(SATZ, "Satz", m.group(1)))
-            pos = end = m.end()
-            continue
-        if sep := _LIST_SEP.match(text, pos):
-            nxt = _after_separator(text, sep.end(), path, roman, plural)
-            if nxt is not None:
-                leaves.append(path)
-                path, pos = nxt
-                end = pos
-                continue
-        break
-    leaves.append(path)
-    return _Chain(start, end, leaves, is_par, plural)
+    state = _ChainState(text, path, pos, is_par, plural)
+    while any(step(state) for step in _CHAIN_STEPS):
+        pass
+    state.leaves.append(state.path)
+    return _Chain(start, state.pos, state.leaves, is_par, plural)
 
 
-def _after_separator(text: str, pos: int, path: list[_Part], roman: bool, plural: bool) -> tuple[list[_Part], int] | None:
+def _step_ff(s: _ChainState) -> bool:
+    m = None if s.path[-1].suffix else _FF.match(s.text, s.pos)
+    return bool(m) and s.amend(m.end(), suffix=" ff." if m.group(1).startswith("ff") else " f.")  # type: ignore[union-attr]
+
+
+def _step_range(s: _ChainState) -> bool:
+    cur = s.path[-1]
+    m = None if "-" in cur.value else _RANGE.match(s.text, s.pos)
+    v = _value_at(s.text, m.end(), cur.level) if m else None
+    return bool(v) and s.amend(v[1], value=f"{cur.value}-{v[0]}")  # type: ignore[index]
+
+
+def _step_nested_section(s: _ChainState) -> bool:
+    m = None if s.is_par or len(s.path) > 1 else _NESTED_SEC.match(s.text, s.pos)
+    return bool(m) and s.child(_Part(SUBSEC, "§", m.group(1)), m.end())  # type: ignore[union-attr]
+
+
+def _step_designator(s: _ChainState) -> bool:
+    d = _designator_at(s.text, s.pos)
+    if d is None:
+        return False
+    s.roman = False
+    return s.child(_Part(d[0], d[1], d[2]), d[3])
+
+
+def _step_ordinal(s: _ChainState) -> bool:
+    m = _ORDINAL_DESIGNATOR.match(s.text, s.pos)
+    if m is None:
+        return False
+    value = _ORDINALS[m.group("word")] if m.group("word") else m.group("num")
+    what = m.group("what")
+    level, label = (HS, "Halbsatz") if what[0] == "H" else (ALT, "Var." if what[0] == "V" else "Alt.")
+    return s.child(_Part(level, label, value), m.end())
+
+
+def _step_enumerated_letter(s: _ChainState) -> bool:
+    m = _ENUM_LETTER.match(s.text, s.pos) if s.path[-1].level == NR else None
+    return bool(m) and s.child(_Part(BUCHST, "Buchst.", m.group("v")), m.end())  # type: ignore[union-attr]
+
+
+def _step_parenthesized(s: _ChainState) -> bool:
+    m = _PAREN_VALUE.match(s.text, s.pos)
+    if m is None:
+        return False
+    part = _Part(ABS, "(", m.group("num")) if m.group("num") else _Part(BUCHST, "Buchst.", m.group("letter"))
+    return s.child(part, m.end())
+
+
+def _step_roman(s: _ChainState) -> bool:
+    """'§ 10 II 1 BGB': a Roman Absatz right after the section, then an arabic Satz."""
+    p = _skip_ws(s.text, s.pos)
+    if p == s.pos:
+        return False
+    if len(s.path) == 1 and (m := _ROMAN.match(s.text, p)) and m.group(1):
+        s.roman = True
+        return s.child(_Part(ABS, "Abs.", str(_roman_to_int(m.group(1)))), m.end())
+    if s.roman and s.path[-1].level == ABS and (m := _NUM_VALUE.match(s.text, p)):
+        return s.child(_Part(SATZ, "Satz", m.group(1)), m.end())
+    return False
+
+
+def _step_list_item(s: _ChainState) -> bool:
+    sep = _LIST_SEP.match(s.text, s.pos)
+    nxt = _after_separator(s.text, sep.end(), s.path, s.roman, s.plural) if sep else None
+    if nxt is None:
+        return False
+    s.leaves.append(s.path)
+    s.path, s.pos = nxt
+    return True
+
+
+_CHAIN_STEPS = (
+    _step_ff,
+    _step_range,
+    _step_nested_section,
+    _step_designator,
+    _step_ordinal,
+    _step_enumerated_letter,
+    _step_parenthesized,
+    _step_roman,
+    _step_list_item,
+)
+
+
+def _after_separator(
+    text: str, pos: int, path: list[_Part], roman: bool, plural: bool
+) -> tuple[list[_Part], int] | None:
     """The path that a list item after ',', 'und', ... starts, or None if the list ends here."""
     if d := _designator_at(text, pos):
         return _relevel(path, d[0]) + [_Part(d[0], d[1], d[2])], d[3]
@@ -722,7 +787,9 @@ def _split_with_offsets(s: str) -> list[tuple[str, int]]:
     return [(m.group(), m.start()) for m in re.finditer(r"\S+", s)]
 
 
-def _group_identifiers(text: str, chains: list[_Chain], hit: _LawHit | None, context: Law | None) -> Iterator[Identifier]:
+def _group_identifiers(
+    text: str, chains: list[_Chain], hit: _LawHit | None, context: Law | None
+) -> Iterator[Identifier]:
     if hit is not None and hit.blocked:
         return
     law = hit.law if hit is not None and hit.law is not None else context
@@ -791,11 +858,12 @@ _EU_ACT_CORE = (
     _EU_TYPE + r"\s*(?:\((?P<org>EU|EG|EWG|EC|EEC|Euratom|EGKS)\)\s*)?(?:(?P<nr>Nr\.?|No\.?)\s*)?"
     r"(?P<a>\d{1,4})/(?P<b>\d{1,4})(?:/(?P<suffix>EU|EG|EWG|EC|EEC|EGKS|Euratom))?(?![\d/])"
 )
-_EU_ACT = re.compile(
-    r"(?:" + _EU_ACT_CORE + r")"
-    r"|(?P<ba>\d{2}|\d{4})/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"
-    r"|(?:CELEX|celex|Celex)(?:-?Nr\.?)?(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"
-    r"|eli/(?P<eli>reg|dir|dec)(?:_impl|_del)?/(?P<eli_year>\d{4})/(?P<eli_num>\d{1,4})(?![\d])"
+# one pass per form: a single alternation of all four is several times slower in `re`
+_EU_ACT_PATTERNS = (
+    re.compile(_EU_ACT_CORE),
+    re.compile(r"(?P<ba>\d\d(?:\d\d)?)/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"),  # "2009/24/EC"
+    re.compile(r"(?:CELEX|celex|Celex)(?:-?Nr\.?)?(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"),
+    re.compile(r"eli/(?P<eli>reg|dir|dec)(?:_impl|_del)?/(?P<eli_year>\d{4})/(?P<eli_num>\d{1,4})(?!\d)"),
 )
 _EU_ACT_AFTER = re.compile(
     r"(?:(?:des|der|dem|den|einer|of(?:\s+the)?)\s+)?(?:(?:[A-ZÄÖÜ][a-zäöü]*ten|\d{1,2}\.)\s+)?" + _EU_ACT_CORE
@@ -806,9 +874,15 @@ _CELEX_TYPES = {"VO": "R", "RL": "L", "Beschluss": "D"}
 _CELEX = re.compile(r"(?P<sector>3)(?P<year>\d{4})(?P<type>[RLD])(?P<num>\d{1,4})")
 
 
-def _scan_eu_acts(text: str) -> Iterator[Identifier]:
-    for m in _EU_ACT.finditer(text):
-        if not (m.group("celex") or m.group("eli") or _at_word_start(text, m.start(), "/_")):
+def _scan_eu_acts(text: str) -> list[Identifier]:
+    found = [m for pattern in _EU_ACT_PATTERNS for m in pattern.finditer(text)]
+    return sorted(_eu_act_identifiers(text, found), key=lambda i: i.start)
+
+
+def _eu_act_identifiers(text: str, matches: list[re.Match[str]]) -> Iterator[Identifier]:
+    for m in matches:
+        groups = m.groupdict()
+        if not (groups.get("celex") or groups.get("eli") or _at_word_start(text, m.start(), "/_")):
             continue
         act = _eu_act_from_match(m)
         if act is not None:
@@ -871,7 +945,10 @@ def _eu_act(kind: str, year: int, number: int, org: str | None, written_year: st
         return known
     short_year = str(year)[2:] if year < 1999 else str(year)
     if kind == "VO":
-        designation = f"VO (EU) {year}/{number}" if year >= 2015 else f"VO ({_eu_org(org, year)}) Nr. {number}/{short_year}"
+        if year >= 2015:
+            designation = f"VO (EU) {year}/{number}"
+        else:
+            designation = f"VO ({_eu_org(org, year)}) Nr. {number}/{short_year}"
     elif year >= 2015:
         designation = f"{kind} (EU) {year}/{number}"
     else:
@@ -909,7 +986,10 @@ def _scan_eu_cases(text: str) -> Iterator[Identifier]:
 
 # ---------------------------------------------------------------- ECLI
 
-_ECLI = re.compile(r"(?:ECLI|ecli|Ecli):(?P<country>[A-Za-z]{2}):(?P<court>[A-Za-z0-9]{1,7}):(?P<year>\d{4}):(?P<ordinal>[A-Za-z0-9.]*[A-Za-z0-9])")
+_ECLI = re.compile(
+    r"(?:ECLI|ecli|Ecli):(?P<country>[A-Za-z]{2}):(?P<court>[A-Za-z0-9]{1,7}):(?P<year>\d{4})"
+    r":(?P<ordinal>[A-Za-z0-9.]*[A-Za-z0-9])"
+)
 _TRUNCATED = re.compile(r"\.{2,}|…")
 
 
@@ -921,7 +1001,9 @@ def _scan_eclis(text: str) -> Iterator[Identifier]:
         year = int(m.group("year"))
         ordinal = m.group("ordinal").upper()
         court = court_table().ecli_courts.get(court_code)
-        date, case_number = _ecli_parts(court_code, year, ordinal) if m.group("country").upper() == "DE" else (None, None)
+        date, case_number = (None, None)
+        if m.group("country").upper() == "DE":
+            date, case_number = _ecli_parts(court_code, year, ordinal)
         yield Identifier(
             kind="ecli",
             normalized=m.group().upper(),
@@ -938,12 +1020,16 @@ def _scan_eclis(text: str) -> Iterator[Identifier]:
 
 _ECLI_FORMS = {
     "BVERFG": re.compile(r"[A-Z]{2}(?P<date>\d{8})\.(?P<chamber>\d?)(?P<reg>[A-Z]+?)(?P<num>\d{4})(?P<yy>\d{2})"),
-    "BGH": re.compile(r"(?P<ddmmyy>\d{6})[A-Z](?P<chamber>[IVX]+|\d+)?(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
+    "BGH": re.compile(
+        r"(?P<ddmmyy>\d{6})[A-Z](?P<chamber>[IVX]+|\d+)?(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"
+    ),
     "BVERWG": re.compile(r"(?P<ddmmyy>\d{6})[A-Z](?P<chamber>\d+)(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
     "BPATG": re.compile(r"(?P<ddmmyy>\d{6})[A-Z](?P<chamber>\d+)(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
     "BAG": re.compile(r"(?P<ddmmyy>\d{6})\.[A-Z]\.(?P<chamber>\d+)(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
     "BFH": re.compile(r"[A-Z]\.(?P<ddmmyy>\d{6})\.(?P<chamber>[IVX]+)(?P<reg>[A-Z]+?)(?P<num>\d+)\.(?P<yy>\d{2})\.\d+"),
-    "BSG": re.compile(r"(?P<ddmmyy>\d{6})[A-Z]B(?P<chamber>\d{1,2})(?P<reg>[A-Z]{1,3}?)(?P<num>\d+)(?P<yy>\d{2})(?P<suffix>[A-Z]{0,3})\d"),
+    "BSG": re.compile(
+        r"(?P<ddmmyy>\d{6})[A-Z]B(?P<chamber>\d{1,2})(?P<reg>[A-Z]{1,3}?)(?P<num>\d+)(?P<yy>\d{2})(?P<suffix>[A-Z]{0,3})\d"
+    ),
 }
 _ECLI_REGISTERS = {
     "STR": "StR", "ENVR": "EnVR", "ENZR": "EnZR", "ENVZ": "EnVZ", "RISTR": "RiSt (R)", "RIZR": "RiZ (R)",
@@ -1056,8 +1142,9 @@ def _case_number_lead(text: str, num_start: int, courts: _CourtTable) -> tuple[i
 
 def _valid_case_number_lead(m: re.Match[str], courts: _CourtTable) -> tuple[int, list[str], str | None] | None:
     reg = re.sub(r"\s+", " ", re.sub(r"\s*\(", " (", m.group("reg"))).strip()
-    if any(t in courts.az_not_registers or t.strip("()") in courts.az_not_registers or _LOWER_RUN.search(t) for t in reg.split()):
-        return None
+    for token in reg.split():
+        if token.strip("()") in courts.az_not_registers or _LOWER_RUN.search(token):
+            return None
     prefix, chamber = m.group("prefix"), m.group("chamber")
     start = m.start()
     if prefix and prefix not in courts.az_prefixes:
@@ -1084,16 +1171,20 @@ def _court_of_register(courts: _CourtTable, prefix: str | None, chamber: str | N
 # ---------------------------------------------------------------- courts and dates near an identifier
 
 _MONTHS = {
-    m: i + 1
-    for i, m in enumerate(
-        ["Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September", "Oktober", "November", "Dezember"]
+    name: number
+    for number, name in enumerate(
+        "Januar Februar März April Mai Juni Juli August September Oktober November Dezember".split(), start=1
     )
 }
 _DATE = re.compile(
     r"(?P<d>\d{1,2})\.\s?(?:(?P<m>\d{1,2})\.\s?|(?P<mname>" + "|".join(_MONTHS) + r")\s)(?P<y>\d{4})"
     r"|(?P<iy>\d{4})-(?P<im>\d{2})-(?P<id>\d{2})"
 )
-_PLACE = r"(?:Bad\s)?[A-ZÄÖÜ][a-zäöüß][\wäöüß]*(?:-[A-ZÄÖÜ][\wäöüß]+)*(?:\s(?:am|an der|im|in der|ob der)\s[A-ZÄÖÜ][\wäöüß]+|\s?\([A-ZÄÖÜ][\wäöüß]+\))?"
+# a town as courts are named: "Köln", "Berlin-Charlottenburg", "Frankfurt am Main", "Frankfurt (Oder)"
+_PLACE = (
+    r"(?:Bad\s)?[A-ZÄÖÜ][a-zäöüß][\wäöüß]*(?:-[A-ZÄÖÜ][\wäöüß]+)*"
+    r"(?:\s(?:am|an der|im|in der|ob der)\s[A-ZÄÖÜ][\wäöüß]+|\s?\([A-ZÄÖÜ][\wäöüß]+\))?"
+)
 
 
 @cache
