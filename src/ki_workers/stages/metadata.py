@@ -397,7 +397,8 @@ def find_reference_numbers(text: str, case_numbers: Iterable[str]) -> list[str]:
     found = []
     for match in _REFERENCE_LABELS.finditer(text[: OPENING_CHARS * 2]):
         value = re.split(r"\s{2,}|\s+(?:vom|Datum|Seite)\b", match.group("value"))[0].rstrip(".,;")
-        found.append(value)
+        if re.search(r"\d", value):  # "das Aktenzeichen des Verfahrens" names no reference
+            found.append(value)
     return _unique([*found, *case_numbers])
 
 
@@ -619,7 +620,7 @@ Antworte ausschließlich mit JSON nach dem vorgegebenen Schema.
 - matter: die Sache, wenn genannt (z. B. "Müller ./. Schmidt"), sonst null.
 - reference_numbers: Aktenzeichen, Geschäftszeichen, "Unser Zeichen", "Ihr Zeichen", Vertrags- und Rechnungsnummern, wörtlich.
 - parties: beteiligte Personen und Unternehmen mit ihrer Rolle (Kläger, Beklagte, Vermieter, Mieter, Arbeitgeber, Auftraggeber, ...).
-- identifiers: zitierte Normen, Aktenzeichen, ECLI, Registernummern (werden nachträglich normalisiert).
+- identifiers: immer eine leere Liste (Normen und Aktenzeichen werden maschinell ermittelt).
 - doc_date: Datum des Dokuments (Entscheidungsdatum, Briefdatum, Unterzeichnungsdatum) als JJJJ-MM-TT.
 - language: "de" oder "en".
 - notable_clauses: nur bei Verträgen; je Klausel locus ("§ 5", "Ziffer 3.2"), clause_type (eine ID aus der Liste der Klauseltypen) und der Wortlaut (höchstens 1200 Zeichen).

@@ -94,6 +94,12 @@ def test_letter() -> None:
     assert meta.identifiers == ["§ 536 BGB"]
 
 
+def test_a_reference_label_in_running_text_is_not_a_reference() -> None:
+    text = "Vermerk\n\nDas Aktenzeichen des Verfahrens ist noch nicht bekannt. Geschäftszeichen: 4 C 17/21"
+
+    assert rules.extract(text).reference_numbers == ["4 C 17/21"]
+
+
 def test_memo() -> None:
     meta = rules.extract(MEMO)
 
