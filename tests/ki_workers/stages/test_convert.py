@@ -29,11 +29,11 @@ UMLAUT_LINE = "§ 5 Kündigung – Größe der Räume, Übergabe"
 # ------------------------------------------------------------------ builders
 
 
-def make_pdf(pages: list[list[str]], *, title: str | None = None) -> bytes:
+def make_pdf(pages: list[list[str]], *, title: str | None = None, lang: str | None = None) -> bytes:
     from reportlab.pdfgen import canvas
 
     buffer = io.BytesIO()
-    pdf = canvas.Canvas(buffer)
+    pdf = canvas.Canvas(buffer, lang=lang)
     if title:
         pdf.setTitle(title)
     for lines in pages:
@@ -107,6 +107,11 @@ def test_pdf_text_title_and_umlauts_survive() -> None:
     assert result.converter == "pypdf"
     assert result.title == "Mietvertrag Müller"
     assert result.text == f"{UMLAUT_LINE}\nStraße 12, 80331 München\n\nSeite zwei"
+
+
+def test_pdf_catalog_language_is_the_language_hint() -> None:
+    assert convert(make_pdf([["Urteil"]], lang="de-DE"), filename="u.pdf").language == "de"
+    assert convert(make_pdf([["Urteil"]]), filename="u.pdf").language is None
 
 
 def test_pdf_with_only_an_owner_password_is_read() -> None:
