@@ -449,7 +449,10 @@ def _parse_relative_group(text: str, head: re.Match[str], context_section: str) 
     chain = _parse_chain(text, head.start(), head.start(), [_Part(SEC, kind, m.group(2))], kind == "§", plural=False)
     if len(chain.leaves[0]) < 2:
         return []
-    return [([chain], _law_after(text, chain.end))]
+    hit = _law_after(text, chain.end)
+    if hit is not None and hit.law is not None:
+        return []  # "Absatz 2 des Vertrags über ...": not a part of the section being read
+    return [([chain], hit)]
 
 
 def _parse_chain_at_head(text: str, head: re.Match[str]) -> _Chain | None:
@@ -607,7 +610,8 @@ def _after_separator(
     following = _designator_at(text, _skip_ws(text, end))
     if following is not None:
         used = [i for i, part in enumerate(path) if part.level == following[0] and i > 0]
-        if used:  # "§§ 92 Abs. 1, 97 Abs. 1": the number sits one level above the repeated designator
+        if used and (path[used[0] - 1].level in _LETTER_LEVELS) == (level in _LETTER_LEVELS):
+            # "§§ 92 Abs. 1, 97 Abs. 1": the number sits one level above the repeated designator
             parent = path[used[0] - 1]
             if parent.level == SEC:
                 return [_Part(SEC, path[0].label, _sec_value_at(text, pos) or value)], end

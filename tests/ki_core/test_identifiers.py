@@ -457,9 +457,9 @@ def test_any_text_yields_consistent_offsets(text: str) -> None:
     ids=["long-list", "long-und-chain", "capital-words-before-a-number", "articles", "ecli-prefixes", "spaces"],
 )
 def test_adversarial_input_stays_linear(text: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: other work on the machine does not count
     extract(text)
-    assert time.perf_counter() - started < 3.0
+    assert time.process_time() - started < 3.0
 
 
 MANIFEST_LAWS = (
