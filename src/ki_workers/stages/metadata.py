@@ -15,7 +15,7 @@ import email.utils
 import re
 from collections.abc import Iterable
 from datetime import date
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -23,6 +23,9 @@ from ki_core.config import Settings
 from ki_core.llm import ChatGateway
 from ki_core.models.ontology import OntologyKind
 from ki_core.ontology import Ontology, load_ontology
+
+if TYPE_CHECKING:
+    from ki_core.identifiers import Identifier
 
 # Bump when a rule changes what it extracts: the producer string tells artifacts apart.
 RULES_VERSION = 1
@@ -369,13 +372,19 @@ def _default_roles(doc_type: str | None) -> tuple[str | None, str | None]:
     return (None, None)
 
 
+_NOT_A_NAME_LINE = re.compile(r"^(vertreten durch|prozessbevollmächtigt|nachstehend|nachfolgend|im folgenden)", re.I)
+# Where an inline party name ends: "der Beta AG wird folgende Vereinbarung getroffen".
+_NAME_END = re.compile(r",|\s[-–(]|\s(?:wird|werden|schließen|vereinbaren|nachstehend|nachfolgend|im folgenden)\b", re.I)
+_NAME_PREFIX = re.compile(r"^(\d+\.\s*)|^(der|die|den|dem|das)\s+(?=[A-ZÄÖÜ])")
+
+
 def _party_name(segment: str) -> str | None:
-    """The first line that is not a role or a connector, up to its first comma."""
+    """The first line that is not a role or a connector, up to its first comma or verb."""
     for line in segment.split("\n"):
         line = line.strip(" \t-–")
-        if not line or _RUBRUM_ROLE.match(line) or re.match(r"^(vertreten durch|prozessbevollmächtigt|nachstehend|nachfolgend|im folgenden)", line, re.I):
+        if not line or _RUBRUM_ROLE.match(line) or _NOT_A_NAME_LINE.match(line):
             continue
-        name = re.sub(r"^(\d+\.\s*)|^(der|die|den|dem|das)\s+(?=[A-ZÄÖÜ])", "", line.split(",")[0]).strip(" :")
+        name = _NAME_PREFIX.sub("", _NAME_END.split(line, maxsplit=1)[0]).strip(" :")
         return name or None
     return None
 
@@ -428,7 +437,9 @@ _NOT_A_HEADING = re.compile(
 )
 
 
-def find_title(text: str, converter_title: str | None, doc_type: str | None, identifiers: list) -> str | None:
+def find_title(
+    text: str, converter_title: str | None, doc_type: str | None, identifiers: list[Identifier]
+) -> str | None:
     if doc_type and doc_type.startswith("doc_type:decision"):
         composed = _decision_title(text, doc_type, identifiers)
         if composed:
@@ -455,7 +466,7 @@ _COURT_SHORT = {
 }
 
 
-def _decision_title(text: str, doc_type: str, identifiers: list) -> str | None:
+def _decision_title(text: str, doc_type: str, identifiers: list[Identifier]) -> str | None:
     """"BGH, Urteil vom 12.03.2020 – VIII ZR 12/19": how German lawyers cite a decision."""
     court = next((line for line in head_lines(text) if _COURT_LINE.match(line)), None)
     kind = {"doc_type:decision.judgment": "Urteil", "doc_type:decision.order": "Beschluss"}.get(doc_type, "Bescheid")

@@ -67,6 +67,15 @@ def test_lease_contract_clauses_carry_locus_type_and_their_text() -> None:
     assert clauses[-1].text.endswith("bleibt die Wirksamkeit der übrigen Bestimmungen unberührt.")
 
 
+def test_inline_contract_parties() -> None:
+    text = "Dienstvertrag\n\nZwischen der Alpha GmbH, Berlin, und der Beta AG wird folgender Vertrag geschlossen:\n§ 1 Leistungsumfang"
+
+    assert rules.extract(text).parties == [
+        Party(name="Alpha GmbH", role="Auftraggeber"),
+        Party(name="Beta AG", role="Auftragnehmer"),
+    ]
+
+
 def test_bgh_judgment_with_rubrum() -> None:
     meta = rules.extract(JUDGMENT)
 
