@@ -11,7 +11,7 @@ import enum
 import hashlib
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from ki_core.models import (
@@ -47,6 +47,8 @@ class IngestResult:
     document_id: str
     outcome: Outcome
     reason: str | None = None
+    # Versions this object showed before: they lost an observation, so their access changed.
+    retired_version_ids: tuple[str, ...] = ()
 
 
 def content_hash(data: bytes) -> str:
@@ -131,28 +133,28 @@ def ingest_bytes(
         select(DocumentVersion).where(DocumentVersion.document_id == document.id, DocumentVersion.content_hash == digest)
     )
     if existing is not None:
-        changed = observe(session, existing, obj)
+        changed, retired = observe(session, existing, obj)
         outcome = Outcome.FAILED if existing.processing_state == ProcessingState.FAILED else Outcome.UNCHANGED
         if changed and outcome is Outcome.UNCHANGED:
             outcome = Outcome.NEW
-        return IngestResult(existing.id, document.id, outcome, existing.last_error)
+        return IngestResult(existing.id, document.id, outcome, existing.last_error, retired)
     version = _new_version(session, document, digest, entry)
     try:
         converted = convert(data, filename=external_id)
     except ConversionError as exc:
         version.processing_state = ProcessingState.FAILED
         version.last_error = f"conversion failed: {exc}"
-        observe(session, version, obj)
-        return IngestResult(version.id, document.id, Outcome.FAILED, version.last_error)
+        _, retired = observe(session, version, obj)
+        return IngestResult(version.id, document.id, Outcome.FAILED, version.last_error, retired)
     version.text = converted.text
     version.media_type = converted.media_type
     version.language = entry.language or converted.language
     if not document.title:
         document.title = converted.title
     version.processing_state = ProcessingState.CONVERTED
-    observe(session, version, obj)
+    _, retired = observe(session, version, obj)
     refresh_latest_final(session, document)
-    return IngestResult(version.id, document.id, Outcome.NEW)
+    return IngestResult(version.id, document.id, Outcome.NEW, None, retired)
 
 
 def _new_version(session: Session, document: Document, digest: str, entry: ManifestEntry) -> DocumentVersion:
@@ -186,12 +188,14 @@ def _new_version(session: Session, document: Document, digest: str, entry: Manif
     return version
 
 
-def observe(session: Session, version: DocumentVersion, obj: SourceObject) -> bool:
+def observe(session: Session, version: DocumentVersion, obj: SourceObject) -> tuple[bool, tuple[str, ...]]:
     """Make `version` the active observation of `obj`; retire what the object showed before.
 
-    Returns whether anything changed (which is an access change for the index).
+    Returns whether anything changed and the versions that lost their observation.
+    Observations decide visibility, so any change bumps the access generation.
     """
     changed = False
+    retired: list[str] = []
     others = session.scalars(
         select(SourceObservation).where(
             SourceObservation.source_object_id == obj.id,
@@ -202,6 +206,7 @@ def observe(session: Session, version: DocumentVersion, obj: SourceObject) -> bo
     for other in others:
         other.state = ObservationState.DELETED
         other.deleted_at = utcnow()
+        retired.append(other.version_id)
         changed = True
     current = session.scalar(
         select(SourceObservation).where(
@@ -215,8 +220,23 @@ def observe(session: Session, version: DocumentVersion, obj: SourceObject) -> bo
         current.state = ObservationState.ACTIVE
         current.deleted_at = None
         changed = True
+    if changed:
+        retire_access_versions(session, [version.id, *retired])
     session.flush()
-    return changed
+    return changed, tuple(retired)
+
+
+def retire_access_versions(session: Session, version_ids: list[str]) -> None:
+    """An observation change is an access change: stale projection, new generation."""
+    from ki_core.grants import bump_access_generation
+
+    session.execute(
+        update(DocumentVersion)
+        .where(DocumentVersion.id.in_(version_ids))
+        .values(access_version=DocumentVersion.access_version + 1)
+        .execution_options(synchronize_session="fetch")
+    )
+    bump_access_generation(session)
 
 
 def refresh_latest_final(session: Session, document: Document) -> str | None:

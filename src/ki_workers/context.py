@@ -1,0 +1,81 @@
+"""What a worker process needs, built once from Settings: sessions, the index, the models.
+
+Tasks carry ids only and reach everything else through `worker_context()`;
+the embedded runtime (the CLI running tasks in-process) uses the same object.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from functools import cache
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from ki_core.config import Settings, get_settings
+from ki_core.db import engine_from_settings, session_factory
+from ki_core.embedding import Embedder, embedder_from_settings
+from ki_core.search.index import SearchIndex, open_index
+
+
+@dataclass
+class WorkerContext:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    _index: SearchIndex | None = None
+    _embedder: Embedder | None = None
+    _extractor: object | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkerContext:
+        engine = engine_from_settings(settings)
+        return cls(settings=settings, engine=engine, sessions=session_factory(engine))
+
+    def index(self) -> SearchIndex:
+        """The writable index, opened and verified on first use (the embedded one takes the writer lock)."""
+        with self._lock:
+            if self._index is None:
+                index = open_index(self.settings)
+                index.ensure()
+                self._index = index
+            return self._index
+
+    def embedder(self) -> Embedder:
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = embedder_from_settings(self.settings)
+            return self._embedder
+
+    def extractor(self):
+        from ki_workers.stages.metadata import extractor_from_settings
+
+        with self._lock:
+            if self._extractor is None:
+                self._extractor = extractor_from_settings(self.settings)
+            return self._extractor
+
+    def close(self) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+            closer = getattr(self._embedder, "close", None)
+            if closer is not None:
+                closer()
+            self._embedder = None
+        self.engine.dispose()
+
+
+@cache
+def worker_context() -> WorkerContext:
+    return WorkerContext.from_settings(get_settings())
+
+
+def reset_worker_context() -> None:
+    """Close and forget the process-wide context (tests, or after a settings change)."""
+    if worker_context.cache_info().currsize:
+        worker_context().close()
+    worker_context.cache_clear()

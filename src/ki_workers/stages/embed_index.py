@@ -1,0 +1,321 @@
+"""chunk_embed and index: rows of text and vectors in SQL, then the one bulk path into the index.
+
+Three phases (STYLE.md): read SQL and close the session; embed (slow, no
+transaction held); write chunk rows; write the index; record the watermark in
+a fresh transaction. A crash between phases makes the next run repeat work,
+never skip it. Re-running is cheap: chunk ids are deterministic and the
+embedder is cached by (signature, text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from ki_core.acl import access_projection
+from ki_core.config import Settings
+from ki_core.models import (
+    Chunk,
+    ChunkKind,
+    Document,
+    DocumentVersion,
+    Matter,
+    MetadataArtifact,
+    ObservationState,
+    OntologyClosure,
+    OntologyNode,
+    ProcessingState,
+    SourceObservation,
+    VersionStatus,
+)
+from ki_core.search.index import BulkOperation, DeleteOp, IndexOp, index_signature
+from ki_core.search.types import IndexChunk
+from ki_workers.context import WorkerContext
+from ki_workers.stages.chunking import (
+    FIRST_CLAUSE_ORDINAL,
+    PROFILE_ORDINAL,
+    chunk_id,
+    context_header,
+    embedding_input,
+    profile_text,
+    split_body,
+    text_hash,
+)
+
+CLAUSE_STATUSES = (VersionStatus.FINAL, VersionStatus.EXECUTED)
+
+
+@dataclass(frozen=True)
+class ChunkDraft:
+    ordinal: int
+    kind: ChunkKind
+    text: str
+    model_input: str
+    char_start: int | None = None
+    char_end: int | None = None
+    locus: str | None = None
+    clause_type_id: str | None = None
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    version_id: str
+    chunk_count: int
+    removed_chunk_ids: tuple[int, ...]
+
+
+# ------------------------------------------------------------------ drafting
+
+
+def draft_chunks(session: Session, version: DocumentVersion, settings: Settings) -> list[ChunkDraft]:
+    """Body chunks, the profile row and clause rows, as the spec's index section lists them."""
+    retrieval = settings.retrieval
+    document = session.get(Document, version.document_id)
+    header = context_header(document.title, _doc_type_label(session, document), _matter_title(session, document))
+
+    def draft(ordinal: int, kind: ChunkKind, text: str, **extra) -> ChunkDraft:
+        return ChunkDraft(ordinal, kind, text, embedding_input(text, header, retrieval.chunk_contextualize), **extra)
+
+    drafts = [
+        draft(n, ChunkKind.CHUNK, span.text, char_start=span.start, char_end=span.end)
+        for n, span in enumerate(split_body(version.text or "", retrieval.chunk_chars, retrieval.chunk_overlap_chars))
+    ]
+    if retrieval.profile_embeddings and document.latest_final_version_id == version.id:
+        drafts.append(draft(PROFILE_ORDINAL, ChunkKind.PROFILE, _profile(session, document, version)))
+    if retrieval.clause_embeddings and version.status in CLAUSE_STATUSES:
+        for n, clause in enumerate(_notable_clauses(session, version.id)):
+            drafts.append(
+                draft(FIRST_CLAUSE_ORDINAL + n, ChunkKind.CLAUSE, clause["text"], locus=clause.get("locus"),
+                      clause_type_id=_known_node(session, clause.get("clause_type")))
+            )
+    return drafts
+
+
+def _doc_type_label(session: Session, document: Document) -> str | None:
+    node = session.get(OntologyNode, document.doc_type_id) if document.doc_type_id else None
+    return node.label if node else None
+
+
+def _matter_title(session: Session, document: Document) -> str | None:
+    matter = session.get(Matter, document.matter_id) if document.matter_id else None
+    return (matter.title or matter.name) if matter else None
+
+
+def _profile(session: Session, document: Document, version: DocumentVersion) -> str:
+    metadata = _artifact(session, version.id, "metadata") or {}
+    parties = ", ".join(p["name"] for p in metadata.get("parties", []) if p.get("name")) or None
+    lines = [
+        ("Titel", document.title),
+        ("Dokumenttyp", _doc_type_label(session, document)),
+        ("Sache", _matter_title(session, document)),
+        ("Zeichen", ", ".join(metadata.get("reference_numbers", [])) or None),
+        ("Parteien", parties),
+        ("Kennungen", ", ".join(document.identifiers or []) or None),
+        ("Datum", version.doc_date.isoformat() if version.doc_date else None),
+    ]
+    return profile_text(lines, version.text or "")
+
+
+def _artifact(session: Session, version_id: str, kind: str) -> dict | None:
+    artifact = session.scalar(
+        select(MetadataArtifact)
+        .where(MetadataArtifact.version_id == version_id, MetadataArtifact.kind == kind)
+        .order_by(MetadataArtifact.created_at.desc())
+        .limit(1)
+    )
+    return artifact.payload if artifact else None
+
+
+def _notable_clauses(session: Session, version_id: str) -> list[dict]:
+    payload = _artifact(session, version_id, "notable_clauses") or {}
+    return [c for c in payload.get("clauses", []) if c.get("text", "").strip()]
+
+
+def _known_node(session: Session, node_id: str | None) -> str | None:
+    return node_id if node_id and session.get(OntologyNode, node_id) is not None else None
+
+
+# ------------------------------------------------------------------ embedding
+
+
+def embed_version(ctx: WorkerContext, version_id: str) -> EmbedResult:
+    """Phase 1: chunk rows with their embeddings in SQL. Embeds outside any transaction."""
+    with ctx.sessions() as session:
+        version = session.get(DocumentVersion, version_id)
+        if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
+            return EmbedResult(version_id, 0, ())
+        document_id = version.document_id
+        drafts = draft_chunks(session, version, ctx.settings)
+    embedder = ctx.embedder()
+    vectors = embedder.embed_passages([d.model_input for d in drafts]) if drafts else np.zeros((0, 0))
+    with ctx.sessions() as session, session.begin():
+        removed = _store_chunks(session, version_id, document_id, drafts, vectors, embedder.signature)
+        removed += _drop_stale_profiles(session, document_id)
+    return EmbedResult(version_id, len(drafts), tuple(removed))
+
+
+def _store_chunks(session: Session, version_id: str, document_id: str, drafts: list[ChunkDraft],
+                  vectors: np.ndarray, signature: str) -> list[int]:
+    wanted = {chunk_id(version_id, d.ordinal) for d in drafts}
+    existing = {row.id: row for row in session.scalars(select(Chunk).where(Chunk.version_id == version_id))}
+    removed = [cid for cid in existing if cid not in wanted]
+    if removed:
+        session.execute(delete(Chunk).where(Chunk.id.in_(removed)))
+    for draft, vector in zip(drafts, vectors, strict=True):
+        cid = chunk_id(version_id, draft.ordinal)
+        row = existing.get(cid) or Chunk(id=cid, version_id=version_id, document_id=document_id, ordinal=draft.ordinal)
+        row.kind = draft.kind
+        row.text = draft.text
+        row.text_hash = text_hash(draft.model_input)
+        row.char_start, row.char_end = draft.char_start, draft.char_end
+        row.locus, row.clause_type_id = draft.locus, draft.clause_type_id
+        row.embedding = np.asarray(vector, dtype=np.float32).tobytes()
+        row.embedding_signature = signature
+        session.add(row)
+    return removed
+
+
+def _drop_stale_profiles(session: Session, document_id: str) -> list[int]:
+    """Only the latest final version carries a profile row; older ones are removed."""
+    document = session.get(Document, document_id)
+    stale = list(
+        session.scalars(
+            select(Chunk.id).where(
+                Chunk.document_id == document_id,
+                Chunk.kind == ChunkKind.PROFILE,
+                Chunk.version_id != (document.latest_final_version_id or ""),
+            )
+        )
+    )
+    if stale:
+        session.execute(delete(Chunk).where(Chunk.id.in_(stale)))
+    return stale
+
+
+# ------------------------------------------------------------------ indexing
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    operations: list[BulkOperation]
+    # version id -> the access_version the projection was computed from (None: not in the index)
+    watermarks: dict[str, int | None]
+
+
+def plan_index_writes(session: Session, version_ids: list[str], settings: Settings) -> IndexPlan:
+    """IndexOps for observed versions (from stored rows, no embedding), DeleteOps for the rest.
+
+    The one place that turns SQL rows into index documents, used by chunk_embed,
+    access reindex of versions missing from the index, and `ki reindex`.
+    """
+    versions = list(session.scalars(select(DocumentVersion).where(DocumentVersion.id.in_(version_ids))))
+    observed = active_versions(session, [v.id for v in versions])
+    projections = access_projection(session, list(observed), acl_mode=settings.security.source_acl_mode)
+    operations: list[BulkOperation] = []
+    watermarks: dict[str, int | None] = {}
+    for version in versions:
+        rows = list(session.scalars(select(Chunk).where(Chunk.version_id == version.id).order_by(Chunk.ordinal)))
+        if version.id not in observed or version.processing_state == ProcessingState.FAILED:
+            operations.extend(DeleteOp(row.id) for row in rows)
+            watermarks[version.id] = None
+            continue
+        fields = _version_fields(session, version)
+        allowed, denied = projections.get(version.id, ((), ()))
+        for row in rows:
+            operations.append(IndexOp(_index_chunk(row, fields, allowed, denied, version.access_version)))
+        watermarks[version.id] = version.access_version
+    return IndexPlan(operations, watermarks)
+
+
+def active_versions(session: Session, version_ids: list[str]) -> set[str]:
+    if not version_ids:
+        return set()
+    return set(
+        session.scalars(
+            select(SourceObservation.version_id).where(
+                SourceObservation.version_id.in_(version_ids), SourceObservation.state == ObservationState.ACTIVE
+            )
+        )
+    )
+
+
+def _version_fields(session: Session, version: DocumentVersion) -> dict:
+    document = session.get(Document, version.document_id)
+    source_object = session.scalar(
+        select(SourceObservation.source_object_id)
+        .where(SourceObservation.version_id == version.id, SourceObservation.state == ObservationState.ACTIVE)
+        .limit(1)
+    )
+    return {
+        "project_id": document.project_id,
+        "document_id": document.id,
+        "document_version_id": version.id,
+        "matter_id": document.matter_id,
+        "doc_type": document.doc_type_id,
+        "doc_type_ancestors": doc_type_ancestors(session, document.doc_type_id),
+        "version_status": version.status.value,
+        "language": version.language,
+        "doc_date": version.doc_date,
+        "identifiers": tuple(document.identifiers or ()),
+        "source_object_id": source_object,
+    }
+
+
+def doc_type_ancestors(session: Session, node_id: str | None) -> tuple[str, ...]:
+    """The node and its ancestors (closure rows), nearest first: what subtree filters match."""
+    if not node_id:
+        return ()
+    return tuple(
+        session.scalars(
+            select(OntologyClosure.ancestor_id)
+            .where(OntologyClosure.descendant_id == node_id)
+            .order_by(OntologyClosure.depth)
+        )
+    )
+
+
+def _index_chunk(row: Chunk, fields: dict, allowed, denied, access_version: int) -> IndexChunk:
+    meta = {"source_object_id": fields["source_object_id"], "kind": row.kind.value, "ordinal": row.ordinal}
+    if row.kind == ChunkKind.CLAUSE:
+        meta |= {"locus": row.locus, "clause_type": row.clause_type_id}
+    base = {k: v for k, v in fields.items() if k != "source_object_id"}
+    return IndexChunk(
+        chunk_id=row.id,
+        text=row.text,
+        embedding=tuple(np.frombuffer(row.embedding, dtype=np.float32).tolist()),
+        chunk_kind=row.kind.value,
+        clause_type=row.clause_type_id,
+        allowed_principals=tuple(allowed),
+        denied_principals=tuple(denied),
+        access_version=access_version,
+        meta=meta,
+        **base,
+    )
+
+
+def index_versions(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...] = ()) -> IndexPlan:
+    """Phases 2 and 3: write the index through the one bulk path, then record watermarks."""
+    with ctx.sessions() as session:
+        plan = plan_index_writes(session, version_ids, ctx.settings)
+    operations = [*plan.operations, *(DeleteOp(cid) for cid in extra_deletes)]
+    index = ctx.index()
+    if operations:
+        index.bulk(operations)
+        index.refresh()
+    record_watermarks(ctx, plan.watermarks)
+    return plan
+
+
+def record_watermarks(ctx: WorkerContext, watermarks: dict[str, int | None]) -> None:
+    signature = index_signature(ctx.settings)
+    with ctx.sessions() as session, session.begin():
+        for version_id, access_version in watermarks.items():
+            version = session.get(DocumentVersion, version_id)
+            if version is None or version.processing_state == ProcessingState.FAILED:
+                continue
+            version.indexed_access_version = access_version
+            version.indexed_signature = signature if access_version is not None else None
+            version.processing_state = ProcessingState.INDEXED

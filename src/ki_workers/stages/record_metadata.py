@@ -1,0 +1,136 @@
+"""The metadata stage's write side: store the extractor's output and apply it to the rows.
+
+The extractor (rules or LLM) only reads text; this module decides what of its
+answer lands on Document and DocumentVersion, and keeps the raw answer as a
+MetadataArtifact so a later re-run or audit can see what the model said.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from ki_core.models import (
+    Document,
+    DocumentVersion,
+    MetadataArtifact,
+    OntologyNode,
+    ProcessingState,
+    Project,
+    Relation,
+    RelationKind,
+)
+from ki_workers.stages.ingest import get_or_create_matter
+from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor
+
+# The document's own identifiers (its Aktenzeichen, its contract number) stand in its
+# title or its opening; identifiers further down are citations of other documents.
+OWN_IDENTIFIER_WINDOW_CHARS = 600
+
+
+def record_metadata(session: Session, version_id: str, extractor: MetadataExtractor) -> DocumentMetadata | None:
+    """Extract, store the artifacts, apply to document and version. Idempotent."""
+    version = session.get(DocumentVersion, version_id)
+    if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
+        return None
+    document = session.get(Document, version.document_id)
+    metadata = extractor.extract(version.text, title=document.title)
+    _store_artifact(session, version_id, "metadata", extractor.producer, metadata.model_dump(mode="json"))
+    clauses = [clause.model_dump(mode="json") for clause in metadata.notable_clauses]
+    _store_artifact(session, version_id, "notable_clauses", extractor.producer, {"clauses": clauses})
+    _apply(session, document, version, metadata)
+    version.processing_state = ProcessingState.EXTRACTED
+    session.flush()
+    link_references(session, document)
+    return metadata
+
+
+def _store_artifact(session: Session, version_id: str, kind: str, producer: str, payload: dict) -> None:
+    artifact = session.scalar(
+        select(MetadataArtifact).where(
+            MetadataArtifact.version_id == version_id,
+            MetadataArtifact.kind == kind,
+            MetadataArtifact.producer == producer,
+        )
+    )
+    if artifact is None:
+        session.add(MetadataArtifact(version_id=version_id, kind=kind, producer=producer, payload=payload))
+    else:
+        artifact.payload = payload
+
+
+def _apply(session: Session, document: Document, version: DocumentVersion, metadata: DocumentMetadata) -> None:
+    """Manifest and DMS values win; the extractor fills what they left open."""
+    document.title = document.title or metadata.title
+    if metadata.doc_type and session.get(OntologyNode, metadata.doc_type) is not None:
+        document.doc_type_id = document.doc_type_id or metadata.doc_type
+    document.identifiers = _merged(metadata.identifiers, metadata.reference_numbers)
+    version.doc_date = version.doc_date or metadata.doc_date
+    version.language = version.language or metadata.language
+    if document.matter_id is None and metadata.matter:
+        project = session.get(Project, document.project_id)
+        matter = get_or_create_matter(session, project, metadata.matter)
+        document.matter_id = matter.id if matter else None
+
+
+def _merged(*lists: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for values in lists:
+        for value in values:
+            if value and value.strip():
+                seen.setdefault(value.strip(), None)
+    return list(seen)
+
+
+def own_identifiers(document: Document, text: str | None) -> set[str]:
+    """Identifiers that name this document itself: in its title or its opening lines."""
+    head = f"{document.title or ''}\n{(text or '')[:OWN_IDENTIFIER_WINDOW_CHARS]}".casefold()
+    return {value for value in document.identifiers or [] if value.casefold() in head}
+
+
+def link_references(session: Session, document: Document) -> int:
+    """`references` edges between this document and those of its project whose own identifier the other cites.
+
+    Limited to the project: its documents are the ones a matter's work cites, and
+    the scan stays proportional to one project, not to the firm.
+    """
+    heads = _project_heads(session, document.project_id)
+    documents = {doc.id: doc for doc in session.scalars(select(Document).where(Document.project_id == document.project_id))}
+    own = {doc_id: own_identifiers(doc, heads.get(doc_id)) for doc_id, doc in documents.items()}
+    mine = set(document.identifiers or [])
+    created = 0
+    for other_id, other in documents.items():
+        if other_id == document.id:
+            continue
+        if own[other_id] & mine:
+            created += _ensure_reference(session, document.id, other_id)
+        if own[document.id] & set(other.identifiers or []):
+            created += _ensure_reference(session, other_id, document.id)
+    return created
+
+
+def _project_heads(session: Session, project_id: str) -> dict[str, str | None]:
+    """The opening of each document's newest version, read as a prefix only."""
+    rows = session.execute(
+        select(DocumentVersion.document_id, func.substr(DocumentVersion.text, 1, OWN_IDENTIFIER_WINDOW_CHARS))
+        .join(Document, Document.id == DocumentVersion.document_id)
+        .where(Document.project_id == project_id)
+        .order_by(DocumentVersion.seq)
+    )
+    return {document_id: head for document_id, head in rows}
+
+
+def _ensure_reference(session: Session, from_id: str, to_id: str) -> int:
+    exists = session.scalar(
+        select(Relation.id).where(
+            Relation.kind == RelationKind.REFERENCES,
+            Relation.from_document_id == from_id,
+            Relation.to_document_id == to_id,
+            Relation.from_version_id.is_(None),
+        )
+    )
+    if exists:
+        return 0
+    session.add(Relation(kind=RelationKind.REFERENCES, from_document_id=from_id, to_document_id=to_id, origin="identifiers"))
+    session.flush()
+    return 1

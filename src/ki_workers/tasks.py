@@ -1,0 +1,91 @@
+"""Thin Celery tasks: ids in, one stage function, ids out to the next stage.
+
+Stage functions know nothing of Celery (they are tested without a broker).
+Transient errors retry with backoff and jitter as declared in app.py;
+permanent ones are recorded on the version row by the stage and not retried.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import redis.exceptions
+from celery import shared_task
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from ki_core.embedding import GatewayUnavailable
+from ki_core.search.embedded import IndexLockedError
+from ki_core.search.types import SearchBackendError
+from ki_workers.app import RETRY_POLICY
+from ki_workers.context import worker_context
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_ERRORS = (
+    OperationalError,
+    InterfaceError,
+    redis.exceptions.ConnectionError,
+    SearchBackendError,
+    GatewayUnavailable,
+    httpx.TransportError,
+    IndexLockedError,
+)
+TASK_OPTIONS = {"autoretry_for": TRANSIENT_ERRORS, "acks_late": True, "reject_on_worker_lost": True, **RETRY_POLICY}
+
+
+@shared_task(name="ki.ingest", **TASK_OPTIONS)
+def ingest(source_id: str, external_id: str, project_id: str, entry: dict, matter: str | None = None) -> dict:
+    from ki_workers.folder_sync import ingest_local_object
+
+    result = ingest_local_object(worker_context(), source_id, external_id, project_id, entry, matter)
+    if result.retired_version_ids:
+        reindex_access.delay(list(result.retired_version_ids))
+    if result.outcome == "new":
+        extract_metadata.delay(result.version_id)
+    return {"version_id": result.version_id, "outcome": str(result.outcome), "reason": result.reason}
+
+
+@shared_task(name="ki.extract_metadata", **TASK_OPTIONS)
+def extract_metadata(version_id: str) -> str:
+    from ki_workers.stages.record_metadata import record_metadata
+
+    ctx = worker_context()
+    with ctx.sessions() as session, session.begin():
+        record_metadata(session, version_id, ctx.extractor())
+    chunk_embed.delay(version_id)
+    return version_id
+
+
+@shared_task(name="ki.chunk_embed", **TASK_OPTIONS)
+def chunk_embed(version_id: str) -> int:
+    from ki_workers.stages.embed_index import embed_version, index_versions
+
+    ctx = worker_context()
+    result = embed_version(ctx, version_id)
+    index_versions(ctx, [version_id], extra_deletes=result.removed_chunk_ids)
+    return result.chunk_count
+
+
+@shared_task(name="ki.reindex_access", **TASK_OPTIONS)
+def reindex_access(version_ids: list[str]) -> dict:
+    from ki_workers.stages.access import reindex_access as reindex
+
+    result = reindex(worker_context(), version_ids)
+    return {"updated": result.updated, "removed": result.removed, "restored": result.restored}
+
+
+@shared_task(name="ki.delete", **TASK_OPTIONS)
+def delete(document_id: str) -> str:
+    """Remove a document from search; SQL keeps its history."""
+    index = worker_context().index()
+    index.delete_document(document_id)
+    index.refresh()
+    return document_id
+
+
+@shared_task(name="ki.sweep", **TASK_OPTIONS)
+def sweep() -> dict:
+    from ki_workers.sweep import run_sweep
+
+    return run_sweep(worker_context())
