@@ -201,6 +201,8 @@ class _CourtTable:
     az_not_registers: frozenset[str]
     az_suffixes: tuple[str, ...]
     az_bracket_suffixes: tuple[str, ...]
+    ecli_registers: dict[str, str]
+    not_laws: frozenset[str]  # court codes, journals and company forms: never a law's abbreviation
 
 
 @cache
@@ -223,6 +225,12 @@ def court_table() -> _CourtTable:
         az_not_registers=frozenset(az["not_registers"]),
         az_suffixes=tuple(az["suffixes"]),
         az_bracket_suffixes=tuple(az["bracket_suffixes"]),
+        ecli_registers={k: v for k, v in raw["ecli_registers"].items() if not k.startswith("_")},
+        not_laws=frozenset(
+            [*raw["federal"], *raw["court_types"].values(), "ArbG", "LSG", "LAG"]
+            + raw["not_laws"]["journals"]
+            + raw["not_laws"]["company_forms"]
+        ),
     )
 
 
@@ -328,11 +336,6 @@ _LAW_BEFORE = re.compile(
 _COMMENTARY_LAW_BEFORE = re.compile(
     r"(?<=[\s(,;/])(?P<law>[A-ZÄÖÜ][\w-]*(?:\s(?:[IVX]{1,4}|\d{1,2}))?)"
     r"(?:,\s+Bd\.\s*[\dIVX]+)?(?:,?\s+\d{1,2}\.\s?Aufl(?:\.|age)(?:,?\s+\d{4})?|,\s+\d{4})?,?\s*\Z"
-)
-# a word that is a court or a journal, never a law, though it looks like an abbreviation
-_NOT_LAWS = frozenset(
-    {"AG", "LG", "OLG", "KG", "VG", "OVG", "SG", "LSG", "FG", "LAG", "BAG", "BSG", "BVerfG", "BVerwG", "BPatG",
-     "ArbG", "EuG", "BayObLG", "EFG", "NZG", "NZV", "DB", "BB", "ZInsO", "OHG", "UG", "VVaG", "GmbH", "ABl", "BGBl"}
 )
 
 
@@ -685,10 +688,10 @@ def _roman_to_int(roman: str) -> int:
 def _law_after(text: str, pos: int) -> _LawHit | None:
     """The law named right after a chain: 'BGB', 'des Aktiengesetzes', 'der Verordnung (EU) 2016/679'."""
     p = _skip_ws(text, pos)
-    if p >= len(text) or not (text[p].isalpha() or text[p] == "-" and text.startswith("--", p)):
+    if p >= len(text) or not text[p].isalpha():
         return None
-    if _THIS_LAW.match(text, pos):
-        return _LawHit(None, p, _THIS_LAW.match(text, pos).end(), context=True)  # type: ignore[union-attr]
+    if m := _THIS_LAW.match(text, pos):
+        return _LawHit(None, p, m.end(), context=True)
     if m := _EU_ACT_AFTER.match(text, p):
         act = _eu_act_from_match(m)
         if act is not None:
@@ -749,9 +752,18 @@ def _lookup_law(words: list[tuple[str, int, int]], first: int) -> tuple[Law, int
         if law is not None:
             return law, span[-1][1] + len(last)
     law = table.by_abbr_folded.get(word.casefold()) if sum(c.isupper() for c in word) >= 2 else None
-    if law is None and word not in _NOT_LAWS and _GENERIC_ABBR.fullmatch(word) and sum(c.isupper() for c in word) >= 2:
+    if law is None and _looks_like_law_abbreviation(word):
         law = Law(abbr=word)
     return (law, words[first][1] + len(word)) if law else None
+
+
+def _looks_like_law_abbreviation(word: str) -> bool:
+    """'WoBindG', 'BayBO', 'NMVO': capitals and a law's ending (G, O, V, VO, GB, B), not a court or journal."""
+    return (
+        sum(c.isupper() for c in word) >= 2
+        and _GENERIC_ABBR.fullmatch(word) is not None
+        and word not in court_table().not_laws
+    )
 
 
 def _extend_law(text: str, end: int, law: Law) -> int:
@@ -761,7 +773,7 @@ def _extend_law(text: str, end: int, law: Law) -> int:
     if m := _LAW_PAREN.match(text, end):
         abbr = (m.group("a") or m.group("b") or "").strip()
         known = law_table().by_abbr.get(abbr)
-        if known is law or (known is None and _GENERIC_ABBR.fullmatch(abbr) and sum(c.isupper() for c in abbr) >= 2):
+        if known is law or (known is None and _looks_like_law_abbreviation(abbr)):
             end = m.end()
     if m := _LAW_VERSION.match(text, end):
         end = m.end()
@@ -801,13 +813,10 @@ def _group_identifiers(
         return
     for i, chain in enumerate(chains):
         start, end = chain.start, chain.end
-        if hit is not None and not hit.context and hit.law is not None:
-            if hit.end <= chain.start and i == 0:
-                start = hit.start  # law written first
-            elif hit.start >= chain.end and i == len(chains) - 1:
-                end = hit.end
-        elif hit is not None and hit.context and i == len(chains) - 1:
-            end = hit.end
+        if hit is not None and i == 0 and hit.end <= chain.start:
+            start = hit.start  # the law written first: "GG Art 80"
+        if hit is not None and i == len(chains) - 1 and hit.start >= chain.end:
+            end = hit.end  # the law closing the group belongs to its last citation
         for leaf in chain.leaves:
             yield _statute_identifier(text, leaf, law, start, end)
 
@@ -875,6 +884,8 @@ _EU_ACT_AFTER = re.compile(
 _EU_ACT_BEFORE = re.compile(_EU_ACT_CORE + r"\s*,?\s*\Z")
 _EU_CASE = re.compile(r"(?P<court>[CT])-(?P<num>\d{1,4})/(?P<yy>\d{2})(?![\d/])(?:\s?(?P<appeal>P)(?![\w]))?")
 _CELEX_TYPES = {"VO": "R", "RL": "L", "Beschluss": "D"}
+_DIRECTIVE_WORDS = frozenset({"Richtlinie", "RL", "Directive"})
+_DECISION_WORDS = frozenset({"Beschluss", "Decision", "Rahmenbeschluss"})
 _CELEX = re.compile(r"(?P<sector>3)(?P<year>\d{4})(?P<type>[RLD])(?P<num>\d{1,4})")
 
 
@@ -908,24 +919,24 @@ def _eu_act_from_match(m: re.Match[str]) -> Law | None:
         if c is None:
             return None
         kind = {v: k for k, v in _CELEX_TYPES.items()}[c.group("type")]
-        return _eu_act(kind, int(c.group("year")), int(c.group("num")), None, None)
+        return _eu_act(kind, int(c.group("year")), int(c.group("num")), None)
     if groups.get("eli"):
         kind = {"reg": "VO", "dir": "RL", "dec": "Beschluss"}[groups["eli"]]
-        return _eu_act(kind, int(groups["eli_year"]), int(groups["eli_num"]), None, None)
+        return _eu_act(kind, int(groups["eli_year"]), int(groups["eli_num"]), None)
     if groups.get("ba"):
-        return _eu_act("RL", _year4(groups["ba"]), int(groups["bb"]), groups["bsuffix"], groups["ba"])
+        return _eu_act("RL", _year4(groups["ba"]), int(groups["bb"]), groups["bsuffix"])
     kind_word, org, a, b = groups["type"], groups["org"], groups["a"], groups["b"]
-    if kind_word in ("Beschluss", "Decision", "Rahmenbeschluss") and not (org or groups["suffix"]):
-        return None
-    if kind_word in ("Richtlinie", "RL", "Directive", "Beschluss", "Decision", "Rahmenbeschluss"):
-        kind = "RL" if kind_word in ("Richtlinie", "RL", "Directive") else "Beschluss"
-        return _eu_act(kind, _year4(a), int(b), groups["suffix"] or org, a)
-    year_first = not groups["nr"] and len(a) == 4 and 2015 <= int(a) <= 2099 and org in (None, "EU")
-    if year_first:
-        return _eu_act("VO", int(a), int(b), org, a)
+    if kind_word in _DECISION_WORDS and not (org or groups["suffix"]):
+        return None  # "Beschluss 1/19" is a court's decision, not the EU's
+    if kind_word in _DIRECTIVE_WORDS or kind_word in _DECISION_WORDS:
+        kind = "RL" if kind_word in _DIRECTIVE_WORDS else "Beschluss"
+        return _eu_act(kind, _year4(a), int(b), groups["suffix"] or org)  # directives and decisions: year/number
+    # regulations: number/year until 2014 ("Nr. 1215/2012"), year/number since 2015 ("2016/679")
+    if not groups["nr"] and len(a) == 4 and 2015 <= int(a) <= 2099 and org in (None, "EU"):
+        return _eu_act("VO", int(a), int(b), org)
     if len(b) not in (2, 4):
         return None
-    return _eu_act("VO", _year4(b), int(a), org, b)
+    return _eu_act("VO", _year4(b), int(a), org)
 
 
 def _year4(year: str) -> int:
@@ -941,7 +952,7 @@ def _eu_org(org: str | None, year: int) -> str:
     return "EWG" if year <= 1993 else "EG" if year <= 2009 else "EU"
 
 
-def _eu_act(kind: str, year: int, number: int, org: str | None, written_year: str | None) -> Law:
+def _eu_act(kind: str, year: int, number: int, org: str | None) -> Law:
     """The normalized designation of an EU act, e.g. ('RL', 1995, 46) -> 'RL 95/46/EG', CELEX 31995L0046."""
     celex = f"3{year}{_CELEX_TYPES[kind]}{number:04d}"
     known = law_table().by_celex.get(celex)
@@ -963,7 +974,6 @@ def _eu_act(kind: str, year: int, number: int, org: str | None, written_year: st
 def _dedupe_eu_acts(acts: list[Identifier], statutes: list[Identifier]) -> list[Identifier]:
     """An act is reported once per text, and not at all when one of its articles is cited."""
     seen = {i.celex for i in statutes if i.kind == "eu_reference" and i.celex}
-    seen |= {law.celex for i in statutes if i.law and (law := law_table().by_abbr.get(i.law)) and law.celex}
     spans = _SpanIndex((i.start, i.end) for i in statutes)
     out = []
     for act in acts:
@@ -1035,11 +1045,6 @@ _ECLI_FORMS = {
         r"(?P<ddmmyy>\d{6})[A-Z]B(?P<chamber>\d{1,2})(?P<reg>[A-Z]{1,3}?)(?P<num>\d+)(?P<yy>\d{2})(?P<suffix>[A-Z]{0,3})\d"
     ),
 }
-_ECLI_REGISTERS = {
-    "STR": "StR", "ENVR": "EnVR", "ENZR": "EnZR", "ENVZ": "EnVZ", "RISTR": "RiSt (R)", "RIZR": "RiZ (R)",
-    "ANWZBRFG": "AnwZ (Brfg)", "NOTZBRFG": "NotZ (Brfg)", "NOTSTBRFG": "NotSt (Brfg)", "STB": "StB", "ARS": "ARs",
-    "LI": "Li", "NI": "Ni", "WPAT": "W (pat)", "VZ": "Vz", "LWZR": "LwZR", "GSST": "GSSt",
-}
 _ECLI_LAND = re.compile(r"(?P<mmdd>\d{4})\.")
 
 
@@ -1057,7 +1062,7 @@ def _ecli_parts(court_code: str, year: int, ordinal: str) -> tuple[str | None, s
         ddmmyy = parts["ddmmyy"]
         date = _iso_date(year // 100 * 100 + int(ddmmyy[4:]), ddmmyy[2:4], ddmmyy[:2])
     reg = parts["reg"]
-    reg = _ECLI_REGISTERS.get(reg) or (re.sub(r"^(P?)BV", r"\1Bv", reg) if court_code == "BVERFG" else reg)
+    reg = court_table().ecli_registers.get(reg) or (re.sub(r"^(P?)BV", r"\1Bv", reg) if court_code == "BVERFG" else reg)
     lead = [x for x in ((("B " if court_code == "BSG" else "") + (parts.get("chamber") or "")).strip(), reg) if x]
     suffix = f" {parts['suffix']}" if parts.get("suffix") else ""
     return date, f"{' '.join(lead)} {int(parts['num'])}/{parts['yy']}{suffix}"
