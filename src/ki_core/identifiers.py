@@ -1014,9 +1014,10 @@ def _scan_eclis(text: str) -> Iterator[Identifier]:
         court_code = m.group("court").upper()
         year = int(m.group("year"))
         ordinal = m.group("ordinal").upper()
-        court = court_table().ecli_courts.get(court_code)
+        country = m.group("country").upper()
+        court = court_table().ecli_courts.get(court_code) if country in ("DE", "EU") else None
         date, case_number = (None, None)
-        if m.group("country").upper() == "DE":
+        if country == "DE":
             date, case_number = _ecli_parts(court_code, year, ordinal)
         yield Identifier(
             kind="ecli",
