@@ -189,6 +189,8 @@ def test_juris_style_with_the_law_first() -> None:
         ("§ 126 Abs. 3 der Finanzgerichtsordnung --FGO--", "§ 126 Abs. 3 FGO"),
         ("§ 1 des Gesetzes gegen den unlauteren Wettbewerb", "§ 1 UWG"),
         ("§ 10 des Wohnungseigentumsgesetzes", "§ 10 WEG"),
+        ("§§ 12 bis 14 des Teilzeit- und Befristungsgesetzes", "§§ 12-14 TzBfG"),
+        ("§ 35a Absatz 1 des Achten Buches Sozialgesetzbuch", "§ 35a Abs. 1 SGB VIII"),
         ("§ 5 UWG 2004", "§ 5 UWG"),
         ("§ 613a BGB a.F.", "§ 613a BGB"),
         ("§ 12 Abs. 1 HeizkostenV", "§ 12 Abs. 1 HeizkostenV"),
