@@ -1,0 +1,83 @@
+"""A worker context on a fresh database (SQLite or PostgreSQL) with the hashing embedder."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ki.commands.store import prepare_store
+from ki_core.config import get_settings
+from ki_core.embedding import HashingEmbedder
+from ki_workers.context import reset_worker_context, worker_context
+from tests.conftest import create_database, drop_database
+
+FOLDER = Path(__file__).parents[1] / "fixtures" / "folder"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated database of this test's own, committed data visible to every session."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ki.db'}"
+        return
+    template = request.getfixturevalue("pg_template")
+    name = f"ki_test_{uuid.uuid4().hex[:12]}"
+    url = create_database(name, template=template)
+    try:
+        yield url
+    finally:
+        reset_worker_context()
+        drop_database(name)
+
+
+@pytest.fixture
+def ctx(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("KI_DATABASE__URL", database_url)
+    monkeypatch.setenv("KI_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KI_EMBEDDING__PROVIDER", "hashing")
+    monkeypatch.setenv("KI_EMBEDDING__DIMENSIONS", "64")
+    get_settings.cache_clear()
+    reset_worker_context()
+    prepare_store(get_settings())
+    context = worker_context()
+    context._embedder = CountingEmbedder(HashingEmbedder(dimensions=64))
+    yield context
+    reset_worker_context()
+
+
+class CountingEmbedder:
+    """The hashing embedder, counting every text it is asked to embed."""
+
+    def __init__(self, inner: HashingEmbedder):
+        self.inner = inner
+        self.passages = 0
+        self.queries = 0
+
+    @property
+    def signature(self) -> str:
+        return self.inner.signature
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        self.passages += len(texts)
+        return self.inner.embed_passages(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.queries += 1
+        return self.inner.embed_query(text)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A copy of the fixture folder the test may change."""
+    target = tmp_path / "ordner"
+    shutil.copytree(FOLDER, target)
+    return target
