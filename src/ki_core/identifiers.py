@@ -610,20 +610,38 @@ def _after_separator(
     if v is None or _QUANTITY_AFTER.match(text, v[1]) or _ENUMERATION_AFTER.match(text, v[1]):
         return None
     value, end = v
+    if level != SEC and _starts_next_section(text, pos, end, path, level, plural):
+        return [_Part(SEC, path[0].label, _sec_value_at(text, pos) or value)], end
     following = _designator_at(text, _skip_ws(text, end))
     if following is not None:
         used = [i for i, part in enumerate(path) if part.level == following[0] and i > 0]
-        if used and (path[used[0] - 1].level in _LETTER_LEVELS) == (level in _LETTER_LEVELS):
-            # "§§ 92 Abs. 1, 97 Abs. 1": the number sits one level above the repeated designator
+        if used and used[0] > 1 and (path[used[0] - 1].level in _LETTER_LEVELS) == (level in _LETTER_LEVELS):
+            # "Abs. 1 Nr. 2, 3 Nr. 4": the number sits one level above the repeated designator
             parent = path[used[0] - 1]
-            if parent.level == SEC:
-                return [_Part(SEC, path[0].label, _sec_value_at(text, pos) or value)], end
             return path[: used[0] - 1] + [replace(parent, value=value, suffix="")], end
-    elif plural and level != SEC and _leading_int(value) > _leading_int(path[0].value):
-        return [_Part(SEC, path[0].label, _sec_value_at(text, pos) or value)], end  # "§§ 12 Abs. 1, 14"
     if level == SEC:
         value = _sec_value_at(text, pos) or value
     return path[:-1] + [replace(cur, value=value, suffix="")], end
+
+
+def _starts_next_section(text: str, pos: int, end: int, path: list[_Part], level: int, plural: bool) -> bool:
+    """Whether a bare number after ',' / 'und' below the section level is the next section.
+
+    It is when a designator follows that this path already used ("§§ 92 Abs. 1, 97 Abs. 1") or that
+    sits above the current level ("§§ 3 Nr. 40, 3c Abs. 2"); after '§§' also when it is followed by
+    "ff." or is larger than the section ("§§ 823 Abs. 1, 249 ff.", "§§ 12 Abs. 1, 14").
+    """
+    if level in _LETTER_LEVELS and _LETTER_VALUE.match(text, pos):
+        return False
+    following = _designator_at(text, _skip_ws(text, end))
+    if following is not None:
+        above = [part.level for part in path if part.level < following[0]]
+        used_at_top = any(part.level == following[0] for part in path[1:2])
+        return used_at_top or (following[0] < level and above == [SEC])
+    if not plural:
+        return False
+    value = _sec_value_at(text, pos) or ""
+    return bool(_FF.match(text, end)) or _leading_int(value) > _leading_int(path[0].value)
 
 
 def _relevel(path: list[_Part], level: int) -> list[_Part]:

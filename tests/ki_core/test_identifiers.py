@@ -95,6 +95,12 @@ def test_a_section_list_with_sub_levels_starts_a_new_section_where_the_designato
     assert found("§§ 431 Abs. 1, 2 und 4 HGB") == ["§ 431 Abs. 1 HGB", "§ 431 Abs. 2 HGB", "§ 431 Abs. 4 HGB"]
 
 
+def test_a_section_list_goes_back_to_section_level_where_a_higher_designator_or_ff_follows() -> None:
+    assert found("§§ 3 Nr. 40, 3c Abs. 2 EStG") == ["§ 3 Nr. 40 EStG", "§ 3c Abs. 2 EStG"]
+    assert found("gem. §§ 823 Abs. 1, 249 ff. BGB") == ["§ 823 Abs. 1 BGB", "§§ 249 ff. BGB"]
+    assert found("§§ 12 Abs. 1, 14 GKG") == ["§ 12 Abs. 1 GKG", "§ 14 GKG"]
+
+
 def test_a_section_list_where_each_section_names_its_own_law() -> None:
     assert found("§§ 823 Abs. 2 BGB, 263 StGB") == ["§ 823 Abs. 2 BGB", "§ 263 StGB"]
 
@@ -303,6 +309,7 @@ def test_statute_parts_are_filled() -> None:
         ("1 Ss (OWi) 129/16", "1 Ss (OWi) 129/16"),
         ("60 XIV (L) 28/20 U", "60 XIV (L) 28/20 U"),
         ("OVG 12 B 7/16", "OVG 12 B 7/16"),
+        ("VG 14 L 123.20", "VG 14 L 123/20"),
         ("EnVR 45/18", "EnVR 45/18"),
         ("M 1 K 19.1234", "M 1 K 19.1234"),
     ],
