@@ -101,9 +101,14 @@ def chunk(corpus: Corpus, i: int) -> IndexChunk:
         doc_date=date(2015, 1, 1) + timedelta(days=document * 3 % 3650),
         chunk_kind="clause" if i % 17 == 0 else "chunk",
         clause_type="clause.termination" if i % 17 == 0 else None,
-        identifiers=(corpus.identifiers[record], f"{document % 12 + 1} AZR {document}/19"),
+        identifiers=document_identifiers(corpus, document),
         allowed_principals=(f"group:p{int(corpus.project_of_document[document]):02d}",),
     )
+
+
+def document_identifiers(corpus: Corpus, document: int) -> tuple[str, ...]:
+    """Identifiers belong to the document (copied to each of its chunks): a statute and a case number."""
+    return (corpus.identifiers[document * 25 % len(corpus.identifiers)], f"{document % 12 + 1} AZR {document}/19")
 
 
 def batches(n: int, size: int) -> Iterator[range]:
@@ -205,7 +210,8 @@ def queries(corpus: Corpus, count: int, rng: random.Random, dims: int) -> list[t
         start = rng.randrange(max(1, len(words) - 5))
         row = rng.randrange(len(corpus.vectors))
         near = corpus.vectors[row] + nprng.standard_normal(dims).astype(np.float32) * 0.05
-        result.append((" ".join(words[start : start + 5]), rng.choice(corpus.identifiers), near / np.linalg.norm(near)))
+        identifier = rng.choice(document_identifiers(corpus, rng.randrange(DOCUMENTS)))
+        result.append((" ".join(words[start : start + 5]), identifier, near / np.linalg.norm(near)))
     return result
 
 

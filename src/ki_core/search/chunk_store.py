@@ -13,10 +13,11 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ki_core.search.chunk_table import ChunkRow
+from ki_core.search.chunk_table import RowColumns
 from ki_core.search.types import AccessProjection, IndexChunk
 
 SCHEMA_VERSION = 1
@@ -44,10 +45,12 @@ COLUMNS: dict[str, str] = {
     "access_version": "INTEGER NOT NULL DEFAULT 0",
     "meta": "TEXT NOT NULL DEFAULT '{}'",
 }
-_ROW_COLUMNS = (
-    "chunk_id, slot, stamp, alive, project_id, document_id, document_version_id, matter_id, doc_type, "
-    "version_status, language, chunk_kind, clause_type, doc_date, doc_type_ancestors, identifiers"
-)
+# What the in-memory table is loaded from (not the access projection nor meta).
+TABLE_COLUMNS = (
+    "chunk_id", "slot", "stamp", "alive", "project_id", "document_id", "document_version_id", "matter_id",
+    "doc_type", "version_status", "language", "chunk_kind", "clause_type", "doc_date", "doc_type_ancestors",
+    "identifiers",
+)  # fmt: skip
 _WRITTEN = [name for name in COLUMNS if name != "chunk_id"]
 _UPSERT = (
     f"INSERT INTO chunks (chunk_id, {', '.join(_WRITTEN)}) VALUES ({', '.join('?' * (len(_WRITTEN) + 1))}) "
@@ -84,29 +87,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     return connection
 
 
-def _row(record: tuple[Any, ...]) -> ChunkRow:
-    (chunk_id, slot, stamp, alive, project, document, version, matter, doc_type,
-     status, language, kind, clause, doc_date, ancestors, identifiers) = record  # fmt: skip
-    return ChunkRow(
-        chunk_id=chunk_id,
-        slot=slot,
-        stamp=stamp,
-        alive=bool(alive),
-        project_id=project,
-        document_id=document,
-        document_version_id=version,
-        matter_id=matter,
-        doc_type=doc_type,
-        version_status=status,
-        language=language,
-        chunk_kind=kind,
-        clause_type=clause,
-        doc_date=date.fromisoformat(doc_date) if doc_date else None,
-        doc_type_ancestors=tuple(json.loads(ancestors)),
-        identifiers=tuple(json.loads(identifiers)),
-    )
-
-
 def _written_values(chunk: IndexChunk, slot: int, generation: int) -> tuple[Any, ...]:
     values = {
         "slot": slot,
@@ -119,7 +99,7 @@ def _written_values(chunk: IndexChunk, slot: int, generation: int) -> tuple[Any,
     for name in _WRITTEN:
         if name not in values:
             value = getattr(chunk, name)
-            values[name] = json.dumps(list(value), ensure_ascii=False) if name in _JSON_FIELDS else value
+            values[name] = json_list(value) if name in _JSON_FIELDS else value
     return (chunk.chunk_id, *(values[name] for name in _WRITTEN))
 
 
@@ -177,19 +157,21 @@ class ChunkStore:
 
     # ------------------------------------------------------------------ reads
 
-    def snapshot(self, changed_after: int, *, only_alive: bool = False) -> tuple[StoreState, list[ChunkRow]]:
-        """The state and the rows changed after a generation, read in one transaction (consistent)."""
-        sql = f"SELECT {_ROW_COLUMNS} FROM chunks WHERE changed > ?"
+    def snapshot(self, changed_after: int, *, only_alive: bool = False) -> tuple[StoreState, RowColumns]:
+        """The state and, column by column, the rows changed after a generation, read in one
+        transaction (consistent with each other)."""
+        sql = f"SELECT {', '.join(TABLE_COLUMNS)} FROM chunks WHERE changed > ?"
         if only_alive:
             sql += " AND alive = 1"
         self.db.execute("BEGIN")
         try:
             state = self.state()
-            rows = [_row(record) for record in self.db.execute(sql, (changed_after,))]
+            records = self.db.execute(sql, (changed_after,)).fetchall()
         finally:
             self.db.execute("COMMIT")
         assert state is not None, "the index store has no state row"
-        return state, rows
+        columns = list(zip(*records, strict=True)) if records else [()] * len(TABLE_COLUMNS)
+        return state, {name: list(values) for name, values in zip(TABLE_COLUMNS, columns, strict=True)}
 
     def alive_stamps(self) -> dict[int, int]:
         return dict(self.db.execute("SELECT chunk_id, stamp FROM chunks WHERE alive = 1"))
@@ -238,10 +220,16 @@ class ChunkStore:
             )
 
 
+@lru_cache(maxsize=8192)
+def json_list(values: tuple[str, ...]) -> str:
+    """Stored form of a multi-valued field; cached because a document's chunks repeat the same tuples."""
+    return json.dumps(list(values), ensure_ascii=False)
+
+
 def _access_values(chunk_id: int, projection: AccessProjection) -> tuple[Any, ...]:
     return (
-        json.dumps(list(projection.allowed_principals), ensure_ascii=False),
-        json.dumps(list(projection.denied_principals), ensure_ascii=False),
+        json_list(projection.allowed_principals),
+        json_list(projection.denied_principals),
         projection.access_version,
         chunk_id,
     )

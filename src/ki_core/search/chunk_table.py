@@ -9,7 +9,8 @@ answers count and search_filter; tantivy gets the equivalent term query.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+import json
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -37,48 +38,49 @@ _HIT_COLUMNS = ("document_id", "document_version_id", "project_id", "version_sta
 _EPOCH = date(1970, 1, 1)
 
 
-class Vocabulary:
-    """Dense int32 codes for hashable values; code 0 is None."""
+def _identity(value: Hashable) -> Hashable:
+    return value
 
-    def __init__(self) -> None:
-        self.values: list[Hashable] = [None]
+
+def _json_tuple(raw: Hashable) -> Hashable:
+    return tuple(json.loads(raw)) if isinstance(raw, str) else raw
+
+
+def _day_number(iso: Hashable) -> Hashable:
+    return (date.fromisoformat(iso) - _EPOCH).days if isinstance(iso, str) else MISSING_DAY
+
+
+class Vocabulary:
+    """Dense int32 codes for stored values (code 0: None); `values` holds each decoded once.
+
+    Interning by the stored form (a JSON array, an ISO date) decodes each distinct value
+    once instead of once per row: loading 100k rows is then a few dict lookups per column.
+    """
+
+    def __init__(self, decode: Callable[[Hashable], Hashable] = _identity) -> None:
+        self.decode = decode
+        self.values: list[Hashable] = [decode(None)]
         self._codes: dict[Hashable, int] = {None: 0}
 
-    def code(self, value: Hashable) -> int:
-        code = self._codes.get(value)
-        if code is None:
-            code = self._codes[value] = len(self.values)
-            self.values.append(value)
-        return code
+    def codes(self, stored: Sequence[Hashable]) -> np.ndarray:
+        for value in set(stored).difference(self._codes):
+            self._codes[value] = len(self.values)
+            self.values.append(self.decode(value))
+        return np.fromiter(map(self._codes.__getitem__, stored), dtype=np.int32, count=len(stored))
 
     def members(self, values: Iterable[Hashable]) -> np.ndarray:
-        """Lookup table code -> is the value among `values` (unknown values match nothing)."""
+        """Lookup table code -> is the stored value among `values` (unknown values match nothing)."""
         table = np.zeros(len(self.values), dtype=bool)
-        codes = [self._codes[v] for v in values if v in self._codes]
-        table[codes] = True
+        table[[self._codes[v] for v in values if v in self._codes]] = True
         return table
 
+    def members_where(self, predicate: Callable[[Hashable], bool]) -> np.ndarray:
+        """Lookup table code -> does the decoded value satisfy `predicate`."""
+        return np.fromiter((predicate(v) for v in self.values), dtype=bool, count=len(self.values))
 
-@dataclass(frozen=True, slots=True)
-class ChunkRow:
-    """One chunk as the store hands it to the table (not the access projection)."""
 
-    chunk_id: int
-    slot: int
-    stamp: int
-    alive: bool
-    project_id: str
-    document_id: str
-    document_version_id: str
-    matter_id: str | None
-    doc_type: str | None
-    version_status: str
-    language: str | None
-    chunk_kind: str
-    clause_type: str | None
-    doc_date: date | None
-    doc_type_ancestors: tuple[str, ...]
-    identifiers: tuple[str, ...]
+# The stored columns a table is loaded from (ChunkStore.snapshot), by name, one list each.
+RowColumns = dict[str, list]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +100,9 @@ class ChunkTable:
         self.alive = np.zeros(0, dtype=bool)
         self.doc_day = np.zeros(0, dtype=np.int32)
         self.codes = {name: np.zeros(0, dtype=np.int32) for name in SINGLE_COLUMNS + TUPLE_COLUMNS}
-        self.vocab = {name: Vocabulary() for name in SINGLE_COLUMNS + TUPLE_COLUMNS}
+        self.vocab = {name: Vocabulary() for name in SINGLE_COLUMNS}
+        self.vocab.update({name: Vocabulary(_json_tuple) for name in TUPLE_COLUMNS})
+        self.dates = Vocabulary(_day_number)
         self.slot_of: dict[int, int] = {}
         self._masks: OrderedDict[tuple, Admitted] = OrderedDict()
         self._version_rank: np.ndarray | None = None
@@ -118,29 +122,24 @@ class ChunkTable:
         self.size = slots
         self._changed()
 
-    def apply(self, rows: Iterable[ChunkRow]) -> None:
-        """Make the table agree with these rows: a chunk lives in its row's slot, or nowhere."""
-        live = []
-        for row in rows:
-            previous = self.slot_of.pop(row.chunk_id, None)
-            if previous is not None:
-                self.alive[previous] = False
-            if row.alive:
-                self.slot_of[row.chunk_id] = row.slot
-                live.append(row)
-        if live:
-            self._write(live)
-        self._changed()
-
-    def _write(self, rows: list[ChunkRow]) -> None:
-        slots = np.fromiter((row.slot for row in rows), dtype=np.int64, count=len(rows))
-        self.chunk_id[slots] = [row.chunk_id for row in rows]
-        self.stamp[slots] = [row.stamp for row in rows]
+    def apply(self, rows: RowColumns) -> None:
+        """Make the table agree with these stored rows: a chunk lives in its row's slot, or nowhere."""
+        chunk_ids = rows["chunk_id"]
+        pop = self.slot_of.pop
+        previous = np.fromiter((pop(c, -1) for c in chunk_ids), dtype=np.int64, count=len(chunk_ids))
+        self.alive[previous[previous >= 0]] = False
+        live = np.asarray(rows["alive"], dtype=bool)
+        slots = np.asarray(rows["slot"], dtype=np.int64)[live]
+        ids = np.asarray(chunk_ids, dtype=np.int64)[live]
+        self.slot_of.update(zip(ids.tolist(), slots.tolist(), strict=True))
+        self.chunk_id[slots] = ids
+        self.stamp[slots] = np.asarray(rows["stamp"], dtype=np.int64)[live]
         self.alive[slots] = True
-        self.doc_day[slots] = [MISSING_DAY if row.doc_date is None else (row.doc_date - _EPOCH).days for row in rows]
+        day_codes = self.dates.codes(rows["doc_date"])[live]
+        self.doc_day[slots] = np.asarray(self.dates.values, dtype=np.int32)[day_codes]
         for name in SINGLE_COLUMNS + TUPLE_COLUMNS:
-            code = self.vocab[name].code
-            self.codes[name][slots] = [code(getattr(row, name)) for row in rows]
+            self.codes[name][slots] = self.vocab[name].codes(rows[name])[live]
+        self._changed()
 
     def _changed(self) -> None:
         self.version += 1
@@ -196,9 +195,9 @@ class ChunkTable:
             if value is not None:
                 mask &= self._member(name, (value,))
         if filters.doc_type is not None:
-            chains = self.vocab["doc_type_ancestors"].values
-            matching = [chain for chain in chains if chain is not None and filters.doc_type in chain]
-            mask &= self._member("doc_type_ancestors", matching)
+            doc_type = filters.doc_type
+            chains = self.vocab["doc_type_ancestors"].members_where(lambda chain: bool(chain) and doc_type in chain)
+            mask &= chains[self.codes["doc_type_ancestors"]]
         if filters.date_from is not None or filters.date_to is not None:
             mask &= self.doc_day != MISSING_DAY
             if filters.date_from is not None:

@@ -22,7 +22,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ from ki_core.search.types import (
     SearchBackendError,
     SearchFilters,
 )
-from ki_core.search.vector_index import VectorIndex, append_rows, unit_rows, vector_problem
+from ki_core.search.vector_index import VectorIndex, append_rows, checked_unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ class CommitPlan:
     final: dict[int, IndexChunk | None] = field(default_factory=dict)
     access: dict[int, AccessProjection] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
+    # Unit vector of each chunk in `final`, checked and normalized once per batch.
+    vectors: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def with_access(chunk: IndexChunk, projection: AccessProjection) -> IndexChunk:
@@ -111,16 +113,22 @@ def with_access(chunk: IndexChunk, projection: AccessProjection) -> IndexChunk:
     )
 
 
-def plan_commit(operations: Iterable[BulkOperation], *, exists: Any, dimensions: int) -> CommitPlan:
+def plan_commit(
+    operations: list[BulkOperation], *, exists: Callable[[int], bool], dimensions: int
+) -> CommitPlan:
     """Net per-chunk outcome: later operations win; invalid items fail without stopping the rest."""
     plan = CommitPlan()
+    chunks = [op.chunk for op in operations if isinstance(op, IndexOp)]
+    units, problems = checked_unit_rows([chunk.embedding for chunk in chunks], dimensions)
+    checked = iter(zip(units, problems, strict=True))
     for op in operations:
         if isinstance(op, IndexOp):
-            problem = vector_problem(op.chunk.embedding, dimensions)
+            unit, problem = next(checked)
             if problem:
                 plan.failed[op.chunk.chunk_id] = problem
                 continue
             plan.final[op.chunk.chunk_id] = op.chunk
+            plan.vectors[op.chunk.chunk_id] = unit
             plan.access.pop(op.chunk.chunk_id, None)
         elif isinstance(op, DeleteOp):
             plan.final[op.chunk_id] = None
@@ -130,7 +138,7 @@ def plan_commit(operations: Iterable[BulkOperation], *, exists: Any, dimensions:
     return plan
 
 
-def _plan_access(plan: CommitPlan, projection: AccessProjection, exists: Any) -> None:
+def _plan_access(plan: CommitPlan, projection: AccessProjection, exists: Callable[[int], bool]) -> None:
     for chunk_id in projection.chunk_ids:
         pending = plan.final.get(chunk_id, _ABSENT)
         if pending is None or (pending is _ABSENT and not exists(chunk_id)):
@@ -271,7 +279,8 @@ class EmbeddedIndex:
             self.table.apply(rows)
             self.vectors.load(self.path / state.vectors_file, state.slots)
             self._loaded = state
-        self.text.reload()
+        if self.read_only:  # the writer's own commit already reloaded its searcher
+            self.text.reload()
 
     def _reconcile(self) -> None:
         """Drop from each side the chunks the other lacks or holds at another stamp."""
@@ -347,7 +356,7 @@ class EmbeddedIndex:
             self.text.replace(list(plan.final), [(chunk, generation) for chunk in written])
             self.text.commit()
         if written:
-            vectors = unit_rows(np.array([chunk.embedding for chunk in written], dtype=np.float32))
+            vectors = np.stack([plan.vectors[chunk.chunk_id] for chunk in written])
             append_rows(self.path / state.vectors_file, vectors, state.slots)
         self.store.commit(
             Commit(
@@ -409,12 +418,10 @@ class EmbeddedIndex:
             raise SearchBackendError(f"the {leg} leg failed: {type(exc).__name__}: {exc}") from exc
 
     def _semantic_leg(self, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:
-        vector = request.query_vector or ()
-        problem = vector_problem(vector, self.dimensions)
+        units, [problem] = checked_unit_rows([request.query_vector or ()], self.dimensions)
         if problem:
             raise SearchBackendError(f"the semantic leg cannot run: query {problem}")
-        query = np.asarray(vector, dtype=np.float32)
-        slots, scores = self.vectors.nearest(query, admitted.mask, admitted.count, request.size)
+        slots, scores = self.vectors.nearest(units[0], admitted.mask, admitted.count, request.size)
         return self.table.leg_hits(slots, scores.tolist())
 
     def _text_leg(self, leg_field: str, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:

@@ -24,23 +24,27 @@ DENSE_FRACTION = 0.4
 _FLOAT_BYTES = 4
 
 
-def vector_problem(embedding: Sequence[float], dimensions: int) -> str | None:
-    """Why a vector cannot be indexed, or None: wrong length, not finite, or zero (no direction)."""
-    if len(embedding) != dimensions:
-        return f"embedding has {len(embedding)} dimensions, the index holds {dimensions}"
-    norm = math.fsum(x * x for x in embedding)
-    if not math.isfinite(norm):
-        return "embedding contains a non-finite value"
-    if norm == 0.0:
-        return "embedding is the zero vector"
-    return None
-
-
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalized float32 rows, so inner product == cosine."""
-    matrix = np.ascontiguousarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return np.ascontiguousarray(matrix / norms, dtype=np.float32)
+def checked_unit_rows(embeddings: Sequence[Sequence[float]], dimensions: int) -> tuple[np.ndarray, list[str | None]]:
+    """L2-normalized float32 rows (so inner product == cosine), and per row why it cannot be
+    used, or None: wrong length, not finite, or zero (no direction). Vectorized per batch."""
+    problems: list[str | None] = [
+        None if len(e) == dimensions else f"embedding has {len(e)} dimensions, the index holds {dimensions}"
+        for e in embeddings
+    ]
+    units = np.zeros((len(embeddings), dimensions), dtype=np.float32)
+    right = [i for i, problem in enumerate(problems) if problem is None]
+    if not right:
+        return units, problems
+    matrix = np.array([embeddings[i] for i in right], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+        units[right] = matrix / norms[:, None]
+    for i, norm in zip(right, norms.tolist(), strict=True):
+        if not math.isfinite(norm):
+            problems[i] = "embedding contains a non-finite value"
+        elif norm == 0.0:
+            problems[i] = "embedding is the zero vector"
+    return units, problems
 
 
 def append_rows(path: Path, rows: np.ndarray, start_slot: int) -> None:
@@ -89,13 +93,13 @@ class VectorIndex:
         return pointer.reshape(self.size, self.dimensions)
 
     def nearest(self, query: np.ndarray, admitted: np.ndarray, admitted_count: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, cosine scores) of the k admitted rows closest to `query`, best first.
+        """(slots, cosine scores) of the k admitted rows closest to the unit vector `query`, best first.
 
         `admitted` is a boolean mask over slots; rows outside it are never scored.
         """
         if admitted_count == 0 or self.size == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        unit = unit_rows(query.reshape(1, -1))
+        unit = query.reshape(1, -1)
         k = min(k, admitted_count)
         if admitted_count < DENSE_FRACTION * self.size:
             return self._bitmap_search(unit, admitted, k)
