@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import ki_core.search.embedded as embedded_module
 from ki_core.config import Settings
 from ki_core.search.chunk_store import ChunkStore
-from ki_core.search.embedded import STORE_FILE, TEXT_DIR, EmbeddedIndex, IndexLockedError
+from ki_core.search.embedded import STORE_FILE, TABLE_FILE, TEXT_DIR, EmbeddedIndex, IndexLockedError
 from ki_core.search.index import DeleteOp, IndexOp, open_index
 from ki_core.search.text_index import TextIndex, identifier_analyzer
 from ki_core.search.types import (
@@ -72,6 +72,24 @@ def test_the_index_persists_across_reopen(index_path: Path, writer: EmbeddedInde
         after = search(reopened, "Kündigungsfrist", vector=BY_ID[110].embedding)
         assert reopened.count() == len(FIXTURE_CHUNKS)
     assert after == before
+
+
+def test_a_stale_or_broken_saved_table_only_costs_a_replay_from_the_store(
+    monkeypatch: pytest.MonkeyPatch, index_path: Path, writer: EmbeddedIndex
+) -> None:
+    monkeypatch.setattr(embedded_module, "COMPACT_MIN_DEAD", 5)
+    write_fixture(writer)
+    writer.close()
+    stale = (index_path / TABLE_FILE).read_bytes()
+    with EmbeddedIndex(index_path, dimensions=DIMS) as second:
+        second.delete_document("doc-kv-1")
+        second.bulk([IndexOp(chunk) for chunk in FIXTURE_CHUNKS[:12]])  # rewrites: a compaction, a new epoch
+        expected = search(second, "Kündigung Vertrag", vector=BY_ID[103].embedding)
+    for saved in (stale, b"not an npz file"):
+        (index_path / TABLE_FILE).write_bytes(saved)
+        with EmbeddedIndex(index_path, dimensions=DIMS, read_only=True) as reader:
+            assert reader.count() == len(FIXTURE_CHUNKS) - 6
+            assert search(reader, "Kündigung Vertrag", vector=BY_ID[103].embedding) == expected
 
 
 def test_a_second_writer_is_refused_with_the_lock_path(index_path: Path, writer: EmbeddedIndex) -> None:
