@@ -1,6 +1,13 @@
 """The ORM, one module per aggregate; importing this package registers every table."""
 
-from ki_core.models.access import AccessGeneration, Grant, GrantEffect, GrantScope, GroupMembership
+from ki_core.models.access import (
+    AccessGeneration,
+    DocumentAccessSummary,
+    Grant,
+    GrantEffect,
+    GrantScope,
+    GroupMembership,
+)
 from ki_core.models.base import Base, new_id
 from ki_core.models.corpora import Corpus, CorpusKind
 from ki_core.models.documents import (
@@ -28,6 +35,7 @@ __all__ = [
     "DecisionEvidence",
     "DecisionRecord",
     "Document",
+    "DocumentAccessSummary",
     "DocumentVersion",
     "EventStatus",
     "Grant",
