@@ -57,6 +57,13 @@ class WorkerContext:
                 self._extractor = extractor_from_settings(self.settings)
             return self._extractor
 
+    def close_index(self) -> None:
+        """Release the index (the embedded writer lock); the next index() reopens it."""
+        with self._lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+
     def close(self) -> None:
         with self._lock:
             if self._index is not None:

@@ -45,7 +45,7 @@ def ctx(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     reset_worker_context()
     prepare_store(get_settings())
     context = worker_context()
-    context._embedder = CountingEmbedder(HashingEmbedder(dimensions=64))
+    context._embedder = CountingEmbedder(HashingEmbedder(dimensions=64, model=get_settings().embedding.model))
     yield context
     reset_worker_context()
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from ki_core.config import get_settings
 from ki_core.grants import GrantTarget, grant, revoke
 from ki_core.models import (
     Chunk,
@@ -47,7 +48,7 @@ def test_a_folder_becomes_indexed_chunks(ctx, folder: Path) -> None:
     assert summary.outcomes == {"new": 5, "failed": 1}
     assert [path for path, _ in summary.errors] == ["kaputt.pdf"]
     chunks = _chunks(ctx)
-    assert chunks and all(c.embedding and c.embedding_signature == "hashing:hashing:64" for c in chunks)
+    assert chunks and all(c.embedding and c.embedding_signature == f"hashing:{get_settings().embedding.model}:64" for c in chunks)
     assert _index_count(ctx) == len(chunks)
     with ctx.sessions() as session:
         states = dict(session.execute(select(DocumentVersion.processing_state, func.count()).group_by(DocumentVersion.processing_state)).all())

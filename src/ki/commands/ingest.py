@@ -85,6 +85,33 @@ def worker(
     celery_app.worker_main(["worker", f"--concurrency={concurrency}", f"--pool={pool}", f"--queues={queues}", f"--loglevel={loglevel}"])
 
 
+@cli_errors
+def reindex() -> None:
+    """Rebuild the search index from SQL into a new index and switch to it.
+
+    Stored vectors are reused while the embedder signature is unchanged; after
+    switching embedders only chunks of the old model are embedded again.
+    """
+    from ki_workers.context import worker_context
+    from ki_workers.reindex import rebuild_index
+
+    settings = load_settings()
+    prepare_store(settings)
+    console = Console()
+    with Progress(TextColumn("versions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("versions", total=None)
+
+        def on_progress(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        report = rebuild_index(worker_context(), on_progress=on_progress)
+    console.print(
+        f"rebuilt {report.target}: {report.versions} versions, {report.chunks} chunks, "
+        f"{report.re_embedded_versions} versions re-embedded"
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command("ingest")(ingest)
     app.command("worker")(worker)
+    app.command("reindex")(reindex)
