@@ -143,6 +143,11 @@ class TextIndex:
         self.writer.commit()
         self.index.reload()
 
+    def rollback(self) -> None:
+        """Drop every staged, uncommitted change."""
+        if self.writer is not None:
+            self.writer.rollback()
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.wait_merging_threads()

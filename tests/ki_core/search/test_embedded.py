@@ -164,6 +164,37 @@ def test_a_failed_vector_write_leaves_both_sides_consistent(
     assert consistent(index_path)
 
 
+def test_a_batch_that_fails_while_staging_publishes_nothing_of_it(
+    monkeypatch: pytest.MonkeyPatch, index_path: Path, writer: EmbeddedIndex
+) -> None:
+    import ki_core.search.text_index as text_module
+
+    real = text_module.chunk_document
+    staged: list[int] = []
+
+    def fail_on_second(chunk, stamp):
+        staged.append(chunk.chunk_id)
+        if len(staged) == 2:
+            raise RuntimeError("tokenizer crashed")
+        return real(chunk, stamp)
+
+    monkeypatch.setattr(text_module, "chunk_document", fail_on_second)
+    with pytest.raises(RuntimeError, match="tokenizer crashed"):
+        writer.bulk([IndexOp(BY_ID[101]), IndexOp(BY_ID[102])])
+    monkeypatch.undo()
+    writer.bulk([IndexOp(BY_ID[103])])
+    assert ids(search(writer, "Mietzeit entrichten").hits(Leg.LEXICAL)) == set()
+    assert writer.count() == 1
+    writer.close()
+    assert consistent(index_path)
+
+
+def test_a_negative_chunk_id_fails_its_item(writer: EmbeddedIndex) -> None:
+    with pytest.raises(BulkFailure, match="negative") as failure:
+        writer.bulk([IndexOp(BY_ID[101].model_copy(update={"chunk_id": -4})), IndexOp(BY_ID[102])])
+    assert set(failure.value.failed) == {-4} and writer.count() == 1
+
+
 def test_a_writer_killed_between_the_text_and_the_vector_commit_is_reconciled_on_open(
     index_path: Path, writer: EmbeddedIndex
 ) -> None:
