@@ -1,0 +1,397 @@
+"""RetrievalService: the query path of spec/retrieval.md, and the reads that sit next to it.
+
+search: compile the access scope in SQL, embed the query once, run the legs in
+one multi-search sized for the whole window, fuse (RRF), boost by version
+status, re-verify every candidate in SQL (building citations), collapse per
+document, optionally rerank, return hits[offset : offset + limit]. Each step
+is timed on the response. search_filter, search_decisions, get_document and
+traverse apply the same SQL authorization to what they return.
+
+Surfaces (HTTP, MCP, CLI) call these methods and map the errors of
+ki_query.types (WindowTooDeep, InvalidFilters, DocumentNotFound,
+InvalidDecision) and ki_core.llm.GatewayError to their status codes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from ki_core.acl import Viewer, expand_principal_paths, viewer_for
+from ki_core.config import Settings
+from ki_core.embedding import Embedder
+from ki_core.grants import current_access_generation
+from ki_core.llm import ChatGateway
+from ki_core.models import RelationKind
+from ki_core.search.index import SearchIndex
+from ki_core.search.types import FilterHit, MultiSearchRequest, oversampled_window
+from ki_query import decisions, graph
+from ki_query.fusion import (
+    RERANK_PREFIX,
+    Candidate,
+    apply_boost,
+    collapse,
+    mark_identifier_matches,
+    rerank_prefix,
+    rrf,
+)
+from ki_query.scope import AccessService, CompiledAccessScope
+from ki_query.text_match import excerpt
+from ki_query.types import (
+    DEFAULT_LIMIT,
+    Citation,
+    DecisionHit,
+    DocumentView,
+    Hit,
+    HitExplanation,
+    LegRank,
+    NewDecision,
+    RelatedDocument,
+    SearchFilters,
+    SearchRequest,
+    SearchResponse,
+    StepTimings,
+    TraversalResult,
+    check_filters,
+    check_window,
+)
+from ki_query.verification import (
+    VerifiedChunk,
+    access_reason,
+    chunk_texts,
+    grant_paths,
+    verify_candidates,
+)
+
+SessionSource = Session | Callable[[], Session]
+# A filter-only page fetches at least this many versions per index call: re-verification may
+# drop a few, and a second round-trip for one missing row costs more than fetching spares.
+FILTER_FETCH_MIN = 50
+
+
+class StepClock:
+    """Milliseconds per step; a step timed twice adds up."""
+
+    def __init__(self) -> None:
+        self._start = self._last = time.perf_counter()
+        self.steps: dict[str, float] = {}
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.steps[step] = self.steps.get(step, 0.0) + (now - self._last) * 1000
+        self._last = now
+
+    def timings(self) -> StepTimings:
+        return StepTimings(**self.steps, total=(time.perf_counter() - self._start) * 1000)
+
+
+class RetrievalService:
+    """The read side over one SQL database and one search index, for many callers.
+
+    `sessions`: a session factory (each call reads in its own session) or one
+    session (tests, callers inside a transaction). `gateway`: the chat gateway
+    for reranking; with retrieval.rerank_enabled and none given, one is built
+    from settings.llm on first use.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: SessionSource,
+        index: SearchIndex,
+        embedder: Embedder,
+        access: AccessService,
+        gateway: ChatGateway | None = None,
+    ) -> None:
+        self.settings = settings
+        self.index = index
+        self.embedder = embedder
+        self.access = access
+        self._sessions = sessions
+        self._gateway = gateway
+        self._closers: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, request: SearchRequest, principals: Iterable[str]) -> SearchResponse:
+        check_window(request.offset, request.limit)
+        filters = check_filters(request.filters)
+        principals = _as_list(principals)
+        clock = StepClock()
+        scope = self.access.compile_scope(principals, project_id=filters.project_id)
+        clock.lap("scope")
+        vector = self.embedder.embed_query(request.query)
+        clock.lap("embed")
+        result = self.index.multi_search(
+            MultiSearchRequest(
+                query_text=request.query,
+                query_vector=tuple(vector.astype(float).tolist()),
+                scope=scope.filter,
+                filters=filters,
+                size=oversampled_window(request.window),
+            )
+        )
+        clock.lap("legs")
+        candidates = self._fuse(result.legs, request.query)
+        clock.lap("fusion")
+        with self._session() as session:
+            viewer = self._viewer(session, scope, principals)
+            verified = verify_candidates(session, viewer, candidates)
+            clock.lap("verify")
+            ranked = self._collapse(candidates, verified)
+            clock.lap("collapse")
+            shown = [*ranked[:RERANK_PREFIX], *ranked[request.offset : request.window]] if self._rerank_on else (
+                ranked[request.offset : request.window]
+            )
+            texts = chunk_texts(session, {c.chunk_id for c in shown})
+            clock.lap("verify")
+            if self._rerank_on:
+                ranked = self._rerank(request.query, ranked, verified, texts)
+                clock.lap("rerank")
+            page = ranked[request.offset : request.window]
+            explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
+        hits = tuple(
+            _hit(c, verified[c.chunk_id], excerpt(texts.get(c.chunk_id, ""), request.query), explanations.get(c.chunk_id))
+            for c in page
+        )
+        return SearchResponse(hits=hits, has_more=len(ranked) > request.window, timings=clock.timings())
+
+    def _fuse(self, legs, query: str) -> list[Candidate]:
+        retrieval = self.settings.retrieval
+        weights = {
+            "lexical": retrieval.weight_lexical,
+            "semantic": retrieval.weight_semantic,
+            "identifier": retrieval.weight_identifier,
+        }
+        candidates = rrf(legs, weights, retrieval.fusion_rrf_k)
+        mark_identifier_matches(candidates, query)
+        return apply_boost(candidates, retrieval.version_status_boost)
+
+    def _collapse(self, candidates: list[Candidate], verified: dict[int, VerifiedChunk]) -> list[Candidate]:
+        survivors = [c for c in candidates if c.chunk_id in verified]
+        for candidate in survivors:
+            candidate.is_latest_final = verified[candidate.chunk_id].facts.latest_final_version_id == candidate.version_id
+        retrieval = self.settings.retrieval
+        return collapse(
+            survivors, per_document=retrieval.collapse_per_document, max_chunks=retrieval.max_chunks_per_document
+        )
+
+    @property
+    def _rerank_on(self) -> bool:
+        return self.settings.retrieval.rerank_enabled
+
+    def _rerank(
+        self, query: str, ranked: list[Candidate], verified: dict[int, VerifiedChunk], texts: dict[int, str]
+    ) -> list[Candidate]:
+        """One gateway call for the top RERANK_PREFIX hits; a gateway error propagates (no silent fallback)."""
+        prefix = ranked[:RERANK_PREFIX]
+        if not prefix:
+            return ranked
+        key = _rerank_key(self.settings.retrieval.collapse_per_document)
+        listing = [
+            (key(c), f"{verified[c.chunk_id].facts.document.title or ''}\n{texts.get(c.chunk_id, '')}".strip())
+            for c in prefix
+        ]
+        scores = self._chat_gateway().rerank(query, listing, model=self.settings.retrieval.rerank_model)
+        return rerank_prefix(ranked, scores, key)
+
+    def _chat_gateway(self) -> ChatGateway:
+        if self._gateway is None:
+            self._gateway = ChatGateway.from_settings(self.settings.llm)
+            self._closers.append(self._gateway.close)
+        return self._gateway
+
+    def _explain(
+        self, session: Session, viewer: Viewer, principals: list[str], page: Sequence[Candidate],
+        verified: dict[int, VerifiedChunk],
+    ) -> dict[int, HitExplanation]:
+        facts = {verified[c.chunk_id].facts.version.id: verified[c.chunk_id].facts for c in page}
+        paths = {} if viewer.is_admin else expand_principal_paths(session, principals, self.settings)
+        granted = grant_paths(session, paths, facts.values(), viewer.acl_mode)
+        return {
+            c.chunk_id: HitExplanation(
+                legs={leg: LegRank(rank=rank, score=score) for leg, (rank, score) in sorted(c.legs.items())},
+                fused_score=c.fused,
+                boost=c.boost,
+                boosted_score=c.fused * c.boost,
+                rerank_score=c.rerank_score,
+                access=access_reason(viewer, facts[c.version_id], granted.get(c.version_id, ())),
+                grant_paths=granted.get(c.version_id, ()),
+            )
+            for c in page
+        }
+
+    # ------------------------------------------------------------------ filter-only
+
+    def search_filter(
+        self, filters: SearchFilters, principals: Iterable[str], offset: int = 0, limit: int = DEFAULT_LIMIT
+    ) -> SearchResponse:
+        """Metadata-only listing: no query text, no embedding; doc_date descending, one hit per version, score 0.
+
+        Offsets count the caller's verified versions, so a version dropped by
+        re-verification never shifts or shortens a page.
+        """
+        if offset < 0 or limit <= 0:
+            raise ValueError(f"offset must be >= 0 and limit > 0 (got {offset}, {limit})")
+        check_filters(filters)
+        principals = _as_list(principals)
+        clock = StepClock()
+        scope = self.access.compile_scope(principals, project_id=filters.project_id)
+        clock.lap("scope")
+        with self._session() as session:
+            viewer = self._viewer(session, scope, principals)
+            found, verified = self._verified_listing(session, viewer, scope, filters, offset + limit + 1, clock)
+            page = found[offset : offset + limit]
+            texts = chunk_texts(session, {c.chunk_id for c in page})
+            clock.lap("verify")
+        hits = tuple(_hit(c, verified[c.chunk_id], excerpt(texts.get(c.chunk_id, ""), ""), None) for c in page)
+        return SearchResponse(hits=hits, has_more=len(found) > offset + limit, timings=clock.timings())
+
+    def _verified_listing(
+        self, session: Session, viewer: Viewer, scope: CompiledAccessScope, filters: SearchFilters, want: int,
+        clock: StepClock,
+    ) -> tuple[list[Candidate], dict[int, VerifiedChunk]]:
+        found: list[Candidate] = []
+        verified: dict[int, VerifiedChunk] = {}
+        index_offset = 0
+        while len(found) < want:
+            size = max(want - len(found), FILTER_FETCH_MIN)
+            batch = [_filter_candidate(h) for h in self.index.search_filter(scope.filter, filters, size, index_offset)]
+            clock.lap("legs")
+            index_offset += len(batch)
+            checked = verify_candidates(session, viewer, batch)
+            clock.lap("verify")
+            verified |= checked
+            found += [c for c in batch if c.chunk_id in checked]
+            if len(batch) < size:
+                break
+        return found, verified
+
+    # ------------------------------------------------------------------ decisions
+
+    def search_decisions(self, query: str, principals: Iterable[str], limit: int = DEFAULT_LIMIT) -> list[DecisionHit]:
+        with self._session() as session:
+            viewer = viewer_for(session, _as_list(principals), self.settings)
+            return decisions.search_decisions(session, viewer, query, limit)
+
+    def add_decision(self, decision: NewDecision, principals: Iterable[str] | None = None) -> DecisionHit:
+        """Write a decision record and commit. With principals, the writer must see all its evidence."""
+        with self._writing() as session:
+            writer = None if principals is None else viewer_for(session, _as_list(principals), self.settings)
+            return decisions.add_decision(session, decision, writer)
+
+    # ------------------------------------------------------------------ documents and relations
+
+    def get_document(self, document_id: str, principals: Iterable[str]) -> DocumentView:
+        with self._session() as session:
+            viewer = viewer_for(session, _as_list(principals), self.settings)
+            return graph.get_document(session, viewer, document_id)
+
+    def traverse(
+        self, document_id: str, principals: Iterable[str], kinds: Iterable[RelationKind | str] | None = None,
+        depth: int = 1,
+    ) -> TraversalResult:
+        with self._session() as session:
+            viewer = viewer_for(session, _as_list(principals), self.settings)
+            return graph.traverse(session, viewer, document_id, kinds, depth)
+
+    def related_documents(
+        self, document_id: str, principals: Iterable[str], kinds: Iterable[RelationKind | str] | None = None
+    ) -> list[RelatedDocument]:
+        return list(self.traverse(document_id, principals, kinds, depth=1).related)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _viewer(self, session: Session, scope: CompiledAccessScope, principals: list[str]) -> Viewer:
+        """The scope's expanded principals while no access change happened since; else expanded anew."""
+        if current_access_generation(session) == scope.generation:
+            return scope.viewer
+        return viewer_for(session, principals, self.settings)
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        if isinstance(self._sessions, Session):
+            yield self._sessions
+            return
+        with self._sessions() as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        if isinstance(self._sessions, Session):
+            with self._sessions.begin_nested():
+                yield self._sessions
+            return
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def close(self) -> None:
+        for closer in reversed(self._closers):
+            closer()
+        self._closers.clear()
+
+
+def _as_list(principals: Iterable[str]) -> list[str]:
+    """A lone string is one principal, not a sequence of one-letter principals."""
+    return [principals] if isinstance(principals, str) else list(principals)
+
+
+def _rerank_key(collapsed: bool) -> Callable[[Candidate], str]:
+    """The model scores per version id; without collapse a version may show several chunks."""
+    if collapsed:
+        return lambda c: c.version_id
+    return lambda c: f"{c.version_id}:{c.chunk_id}"
+
+
+def _filter_candidate(hit: FilterHit) -> Candidate:
+    return Candidate(
+        chunk_id=hit.chunk_id,
+        document_id=hit.document_id,
+        version_id=hit.document_version_id,
+        project_id=hit.project_id,
+        version_status=hit.version_status,
+        chunk_kind=hit.chunk_kind,
+    )
+
+
+def _hit(candidate: Candidate, verified: VerifiedChunk, text: str, explanation: HitExplanation | None) -> Hit:
+    facts = verified.facts
+    return Hit(
+        document_id=facts.document.id,
+        version_id=facts.version.id,
+        chunk_id=candidate.chunk_id,
+        score=candidate.score,
+        version_status=facts.version.status,
+        chunk_kind=candidate.chunk_kind,
+        matched_identifiers=candidate.matched_identifiers,
+        citation=Citation(
+            project=facts.project, document=facts.document, version=facts.version, source_objects=facts.sources,
+            excerpt=text, locus=verified.locus,
+        ),
+        explain=explanation,
+    )
+
+
+def retrieval_service_from_settings(settings: Settings, *, gateway: ChatGateway | None = None) -> RetrievalService:
+    """A service for a query process: its own engine, a read-only index, the configured embedder."""
+    from ki_core.db import engine_from_settings, session_factory
+    from ki_core.embedding import embedder_from_settings
+    from ki_core.search.index import open_index
+
+    engine = engine_from_settings(settings)
+    sessions: sessionmaker[Session] = session_factory(engine)
+    index = open_index(settings, read_only=True)
+    index.ensure()
+    embedder = embedder_from_settings(settings)
+    service = RetrievalService(settings, sessions, index, embedder, AccessService(sessions, settings), gateway)
+    service._closers += [engine.dispose, index.close]
+    closer = getattr(embedder, "close", None)
+    if closer is not None:
+        service._closers.append(closer)
+    return service

@@ -1,0 +1,353 @@
+"""The query side's boundary models: requests, hits with citations, documents, relations, decisions.
+
+Everything a surface (HTTP, MCP, CLI) hands to RetrievalService or gets back
+from it is one of these frozen pydantic models; the errors at the bottom are
+the precise exceptions the surfaces map to status codes and exit codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ki_core.models import ChunkKind, RelationKind, VersionStatus
+from ki_core.search.types import MAX_RANKED_WINDOW, SearchFilters
+
+__all__ = [
+    "MAX_RANKED_WINDOW",
+    "Citation",
+    "DecisionEvidenceRef",
+    "DecisionHit",
+    "DocumentNotFound",
+    "DocumentRef",
+    "DocumentView",
+    "GrantPath",
+    "Hit",
+    "HitExplanation",
+    "InvalidDecision",
+    "InvalidFilters",
+    "LegRank",
+    "NewDecision",
+    "ProjectRef",
+    "RelatedDocument",
+    "RelationEdge",
+    "SearchFilters",
+    "SearchRequest",
+    "SearchResponse",
+    "SourceRef",
+    "StepTimings",
+    "TraversalResult",
+    "VersionRef",
+    "VersionView",
+    "WindowTooDeep",
+    "check_filters",
+    "check_window",
+    "parse_filters",
+]
+
+# The first page a caller gets when it does not say (the federation asks for 8 too).
+DEFAULT_LIMIT = 8
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ------------------------------------------------------------------ errors
+
+
+class WindowTooDeep(ValueError):
+    """offset + limit exceeds MAX_RANKED_WINDOW: ranked paging re-ranks the whole window."""
+
+    def __init__(self, offset: int, limit: int) -> None:
+        self.offset, self.limit = offset, limit
+        super().__init__(
+            f"offset + limit is {offset + limit}, above the ranked window of {MAX_RANKED_WINDOW}; "
+            "narrow the query or the filters instead of paging deeper"
+        )
+
+
+class InvalidFilters(ValueError):
+    """A filter value no document can carry (unknown status or chunk kind, dates out of order)."""
+
+
+class DocumentNotFound(LookupError):
+    """The same answer for a document that does not exist and one the caller may not see."""
+
+    def __init__(self, document_id: str) -> None:
+        self.document_id = document_id
+        super().__init__(f"no document {document_id!r}")
+
+
+class InvalidDecision(ValueError):
+    """A decision record names evidence that does not exist or says nothing."""
+
+
+def check_window(offset: int, limit: int) -> None:
+    if offset + limit > MAX_RANKED_WINDOW:
+        raise WindowTooDeep(offset, limit)
+
+
+_STATUSES = frozenset(s.value for s in VersionStatus)
+_CHUNK_KINDS = frozenset(k.value for k in ChunkKind)
+
+
+def check_filters(filters: SearchFilters) -> SearchFilters:
+    """Refuse values no indexed row can carry: a typo would otherwise look like "nothing found"."""
+    if filters.version_status is not None and filters.version_status not in _STATUSES:
+        raise InvalidFilters(
+            f"version_status {filters.version_status!r} is not one of {', '.join(sorted(_STATUSES))}"
+        )
+    if filters.chunk_kind is not None and filters.chunk_kind not in _CHUNK_KINDS:
+        raise InvalidFilters(f"chunk_kind {filters.chunk_kind!r} is not one of {', '.join(sorted(_CHUNK_KINDS))}")
+    return filters
+
+
+def parse_filters(raw: Mapping[str, Any] | None) -> SearchFilters:
+    """SearchFilters from a surface's plain data, or InvalidFilters naming each bad key."""
+    try:
+        filters = SearchFilters.model_validate(dict(raw or {}))
+    except ValidationError as exc:
+        problems = [f"{'.'.join(map(str, e['loc'])) or 'filters'}: {e['msg']}" for e in exc.errors(include_url=False)]
+        raise InvalidFilters("invalid filters: " + "; ".join(problems)) from None
+    return check_filters(filters)
+
+
+# ------------------------------------------------------------------ search
+
+
+class SearchRequest(_Model):
+    """A semantic query. The window (offset + limit) is checked by the service, which raises WindowTooDeep."""
+
+    query: str
+    filters: SearchFilters = SearchFilters()
+    offset: int = Field(default=0, ge=0)
+    limit: int = Field(default=DEFAULT_LIMIT, gt=0)
+    explain: bool = False
+
+    @property
+    def window(self) -> int:
+        return self.offset + self.limit
+
+
+class ProjectRef(_Model):
+    id: str
+    name: str
+    title: str | None = None
+
+
+class DocumentRef(_Model):
+    id: str
+    key: str
+    title: str | None = None
+
+
+class VersionRef(_Model):
+    id: str
+    seq: int
+    label: str | None = None
+    status: str
+    doc_date: date | None = None
+
+
+class SourceRef(_Model):
+    """A source object the caller may see the version through: what a citation points at."""
+
+    source_object_id: str
+    source: str
+    source_kind: str
+    external_id: str
+    uri: str | None = None
+    title: str | None = None
+
+
+class Citation(_Model):
+    project: ProjectRef
+    document: DocumentRef
+    version: VersionRef
+    source_objects: tuple[SourceRef, ...]
+    # Text around the match, at most EXCERPT_CHARS (ki_query.verification) plus ellipses.
+    excerpt: str
+    locus: str | None = None
+
+
+class LegRank(_Model):
+    rank: int
+    score: float
+
+
+class GrantPath(_Model):
+    """A grant that made a version visible, and the membership path that reached its principal."""
+
+    scope: str
+    target_id: str
+    principal: str
+    via: tuple[str, ...]
+
+    def describe(self) -> str:
+        group = f" via {' -> '.join(self.via)}" if len(self.via) > 1 else ""
+        return f"allow to {self.principal!r} on {self.scope} {self.target_id}{group}"
+
+
+class HitExplanation(_Model):
+    legs: dict[str, LegRank]
+    fused_score: float
+    boost: float
+    boosted_score: float
+    rerank_score: float | None = None
+    # Why SQL let the version through: the deciding rule in words, and the grants behind it.
+    access: str
+    grant_paths: tuple[GrantPath, ...] = ()
+
+
+class Hit(_Model):
+    document_id: str
+    version_id: str
+    chunk_id: int
+    score: float
+    version_status: str
+    chunk_kind: str
+    matched_identifiers: tuple[str, ...] = ()
+    citation: Citation
+    explain: HitExplanation | None = None
+
+    @property
+    def project_id(self) -> str:
+        return self.citation.project.id
+
+    @property
+    def title(self) -> str | None:
+        return self.citation.document.title
+
+    @property
+    def excerpt(self) -> str:
+        return self.citation.excerpt
+
+
+class StepTimings(_Model):
+    """Milliseconds per step of the query path (spec order); the bench reads them."""
+
+    scope: float = 0.0
+    embed: float = 0.0
+    legs: float = 0.0
+    fusion: float = 0.0
+    verify: float = 0.0
+    collapse: float = 0.0
+    rerank: float = 0.0
+    total: float = 0.0
+
+
+class SearchResponse(_Model):
+    hits: tuple[Hit, ...]
+    # More verified results exist past this page within the ranked window (paging hint).
+    has_more: bool = False
+    timings: StepTimings = StepTimings()
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+
+# ------------------------------------------------------------------ documents and relations
+
+
+class VersionView(_Model):
+    version: VersionRef
+    language: str | None = None
+    is_latest_final: bool = False
+    source_objects: tuple[SourceRef, ...]
+
+
+class DocumentView(_Model):
+    """A document as one caller may see it: only its visible versions, each with its citations."""
+
+    project: ProjectRef
+    document: DocumentRef
+    matter_id: str | None = None
+    doc_type: str | None = None
+    identifiers: tuple[str, ...] = ()
+    # The latest final version if the caller sees it, else None (it is not revealed).
+    latest_final_version_id: str | None = None
+    versions: tuple[VersionView, ...]
+
+    @property
+    def cited_version(self) -> VersionView:
+        """The version a reference to the document should cite: latest final, else the newest visible."""
+        for view in self.versions:
+            if view.is_latest_final:
+                return view
+        return self.versions[-1]
+
+
+class RelationEdge(_Model):
+    """A relation between two visible documents; versions only when the caller sees them."""
+
+    kind: RelationKind
+    from_document_id: str
+    to_document_id: str
+    from_version_id: str | None = None
+    to_version_id: str | None = None
+    origin: str
+
+
+class RelatedDocument(_Model):
+    """A document reached from the start, with the edge that reached it and where to cite it."""
+
+    document: DocumentView
+    depth: int
+    kind: RelationKind
+    # "outgoing": start -> this document; "incoming": this document -> start (seen from the edge).
+    direction: str
+    via_document_id: str
+
+
+class TraversalResult(_Model):
+    start: DocumentView
+    related: tuple[RelatedDocument, ...]
+    edges: tuple[RelationEdge, ...]
+
+
+# ------------------------------------------------------------------ decisions
+
+
+class DecisionEvidenceRef(_Model):
+    """One evidence entry: a source object, a version, or that version as seen through that object."""
+
+    source_object_id: str | None = None
+    version_id: str | None = None
+
+    @model_validator(mode="after")
+    def _names_something(self) -> DecisionEvidenceRef:
+        if self.source_object_id is None and self.version_id is None:
+            raise ValueError("an evidence entry names a source_object_id, a version_id, or both")
+        return self
+
+
+class NewDecision(_Model):
+    """What POST /decisions, `ki decisions add` and the DMS decision.recorded event write."""
+
+    project_id: str
+    locus: str = Field(min_length=1)
+    change_summary: str = Field(min_length=1)
+    rationale: str = ""
+    evidence: tuple[DecisionEvidenceRef, ...] = Field(min_length=1)
+    matter_id: str | None = None
+    external_id: str | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+
+
+class DecisionHit(_Model):
+    id: str
+    project_id: str
+    matter_id: str | None = None
+    locus: str
+    change_summary: str
+    rationale: str
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    score: float
+    matched_terms: tuple[str, ...] = ()
+    evidence: tuple[DecisionEvidenceRef, ...]
