@@ -17,7 +17,7 @@ import ki_core.search.embedded as embedded_module
 from ki_core.config import Settings
 from ki_core.search.chunk_store import ChunkStore
 from ki_core.search.embedded import STORE_FILE, TABLE_FILE, TEXT_DIR, EmbeddedIndex, IndexLockedError
-from ki_core.search.index import DeleteOp, IndexOp, open_index
+from ki_core.search.index import DeleteOp, IndexOp, SearchIndex, open_index
 from ki_core.search.text_index import TextIndex, identifier_analyzer
 from ki_core.search.types import (
     BulkFailure,
@@ -58,7 +58,7 @@ def consistent(path: Path) -> bool:
 def test_open_index_builds_the_embedded_backend_under_the_state_dir(tmp_path: Path) -> None:
     settings = Settings(state_dir=str(tmp_path / ".ki"), embedding={"provider": "hashing", "dimensions": DIMS})
     with open_index(settings) as index:
-        assert isinstance(index, EmbeddedIndex)
+        assert isinstance(index, EmbeddedIndex) and isinstance(index, SearchIndex)
         index.ensure()
         assert index.path == tmp_path / ".ki" / "index"
         assert (index.path / STORE_FILE).exists()

@@ -504,3 +504,17 @@ def test_the_knn_score_transform_is_undone_for_unit_vectors(space_type: str, cos
 
 def test_the_index_converts_with_its_configured_space(script: Script) -> None:
     assert make_index(script).cosine(0.75) == pytest.approx(0.5)
+
+
+def test_open_index_builds_the_opensearch_backend_from_settings_without_a_request() -> None:
+    from ki_core.config import Settings
+    from ki_core.search.index import SearchIndex, open_index
+
+    settings = Settings(
+        search={"backend": "opensearch", "opensearch": {"hosts": ["http://os.test:9200"]}},
+        embedding={"provider": "hashing", "model": "t", "dimensions": 3},
+    )
+    index = open_index(settings)
+    assert isinstance(index, OpenSearchIndex) and isinstance(index, SearchIndex)
+    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing:t:3")
+    index.close()
