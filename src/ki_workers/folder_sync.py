@@ -93,12 +93,20 @@ def sync_folder(
     matter: str | None = None,
     on_file: Callable[[str, dict | None], None] | None = None,
 ) -> SyncSummary:
-    from ki_workers import tasks
-
     manifest, _ = load_manifest(root)
     source_id, project_id = register_folder(ctx, root, project_name)
     summary = SyncSummary()
     seen: set[str] = set()
+    with ctx.deferred_index_writes():
+        _ingest_files(ctx, root, manifest, source_id, project_id, matter, summary, seen, on_file)
+    summary.pruned = prune_missing(ctx, source_id, seen)
+    summary.relations = link_manifest_relations(ctx, project_id, manifest)
+    return summary
+
+
+def _ingest_files(ctx, root, manifest, source_id, project_id, matter, summary, seen, on_file) -> None:
+    from ki_workers import tasks
+
     for path in iter_files(root):
         relative = path.relative_to(root).as_posix()
         seen.add(relative)
@@ -117,9 +125,6 @@ def sync_folder(
             summary.count("queued")
         if on_file:
             on_file(relative, result)
-    summary.pruned = prune_missing(ctx, source_id, seen)
-    summary.relations = link_manifest_relations(ctx, project_id, manifest)
-    return summary
 
 
 def prune_missing(ctx: WorkerContext, source_id: str, seen: set[str]) -> int:

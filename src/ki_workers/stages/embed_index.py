@@ -296,8 +296,33 @@ def _index_chunk(row: Chunk, fields: dict, allowed, denied, access_version: int)
     )
 
 
-def index_versions(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...] = ()) -> IndexPlan:
-    """Phases 2 and 3: write the index through the one bulk path, then record watermarks."""
+# Inside deferred_index_writes, this many versions share one bulk write.
+DEFERRED_VERSIONS_PER_WRITE = 256
+
+
+def index_versions(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...] = ()) -> IndexPlan | None:
+    """Phases 2 and 3: write the index through the one bulk path, then record watermarks.
+
+    Inside `ctx.deferred_index_writes()` the versions wait for a shared write.
+    """
+    if ctx.pending_versions is not None:
+        ctx.pending_versions.extend(version_ids)
+        ctx.pending_deletes.extend(extra_deletes)
+        if len(ctx.pending_versions) >= DEFERRED_VERSIONS_PER_WRITE:
+            flush_deferred_index_writes(ctx)
+        return None
+    return _write_index(ctx, version_ids, extra_deletes)
+
+
+def flush_deferred_index_writes(ctx: WorkerContext) -> None:
+    versions, deletes = ctx.pending_versions or [], ctx.pending_deletes
+    if not versions and not deletes:
+        return
+    ctx.pending_versions, ctx.pending_deletes = [], []
+    _write_index(ctx, list(dict.fromkeys(versions)), tuple(deletes))
+
+
+def _write_index(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...]) -> IndexPlan:
     with ctx.sessions() as session:
         plan = plan_index_writes(session, version_ids, ctx.settings)
     operations = [*plan.operations, *(DeleteOp(cid) for cid in extra_deletes)]

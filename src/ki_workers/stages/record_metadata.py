@@ -94,18 +94,23 @@ def link_references(session: Session, document: Document) -> int:
     Limited to the project: its documents are the ones a matter's work cites, and
     the scan stays proportional to one project, not to the firm.
     """
-    heads = _project_heads(session, document.project_id)
-    documents = {doc.id: doc for doc in session.scalars(select(Document).where(Document.project_id == document.project_id))}
-    own = {doc_id: own_identifiers(doc, heads.get(doc_id)) for doc_id, doc in documents.items()}
     mine = set(document.identifiers or [])
+    if not mine:
+        return 0
+    heads = _project_heads(session, document.project_id)
+    own_mine = own_identifiers(document, heads.get(document.id))
     created = 0
-    for other_id, other in documents.items():
-        if other_id == document.id:
+    others = session.scalars(
+        select(Document).where(Document.project_id == document.project_id, Document.id != document.id)
+    )
+    for other in others:
+        theirs = set(other.identifiers or [])
+        if not theirs:
             continue
-        if own[other_id] & mine:
-            created += _ensure_reference(session, document.id, other_id)
-        if own[document.id] & set(other.identifiers or []):
-            created += _ensure_reference(session, other_id, document.id)
+        if own_identifiers(other, heads.get(other.id)) & mine:
+            created += _ensure_reference(session, document.id, other.id)
+        if own_mine & theirs:
+            created += _ensure_reference(session, other.id, document.id)
     return created
 
 

@@ -1,0 +1,151 @@
+"""End-to-end ingest speed: is the pipeline the bottleneck, or the embedder?
+
+Builds a folder from real data (the court decisions and a slice of statutes,
+one file per §), ingests it in-process on the embedded default with each
+embedder, and prints documents/s, chunks/s, the time inside the embedder vs
+everything else, and the embedder alone on the very same inputs.
+
+    .venv/bin/python bench/ingest.py                       # hashing, use-multilingual, e5-small
+    .venv/bin/python bench/ingest.py --embedders hashing --statute-sections 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+
+def build_corpus(target: Path, decisions: Path, statutes: Path, sections: int, per_file: int) -> int:
+    """One file per decision, and one per `per_file` consecutive § (a chapter-sized document)."""
+    target.mkdir(parents=True)
+    count = 0
+    for line in decisions.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        (target / f"decision-{record['doc_id']}.txt").write_text(record["text"], encoding="utf-8")
+        count += 1
+    grouped: dict[str, list[str]] = defaultdict(list)
+    with gzip.open(statutes, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            key = f"{record['law']} {record['section']}"
+            if key not in grouped and len(grouped) >= sections:
+                break
+            grouped[key].append(record["text"])
+    items = list(grouped.items())
+    for n in range(0, len(items), per_file):
+        part = items[n : n + per_file]
+        text = "\n\n".join(f"{key}\n" + "\n".join(texts) for key, texts in part)
+        (target / f"statute-{n:05d}.txt").write_text(text, encoding="utf-8")
+        count += 1
+    return count
+
+
+class TimedEmbedder:
+    """Counts time inside the embedder and remembers what it embedded."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.seconds = 0.0
+        self.inputs: list[str] = []
+
+    @property
+    def signature(self) -> str:
+        return self.inner.signature
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    def embed_passages(self, texts):
+        start = time.perf_counter()
+        try:
+            return self.inner.embed_passages(texts)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.inputs.extend(texts)
+
+    def embed_query(self, text):
+        return self.inner.embed_query(text)
+
+
+def run(provider: str, corpus: Path, workdir: Path) -> dict:
+    os.environ.update(
+        KI_STATE_DIR=str(workdir / provider),
+        KI_EMBEDDING__PROVIDER=provider,
+        KI_DATABASE__URL=f"sqlite:///{workdir / provider / 'ki.db'}",
+    )
+    from ki.commands.store import prepare_store
+    from ki_core.config import get_settings
+    from ki_core.embedding import uncached_embedder
+    from ki_workers.context import reset_worker_context, worker_context
+    from ki_workers.folder_sync import sync_folder
+
+    get_settings.cache_clear()
+    reset_worker_context()
+    settings = get_settings()
+    prepare_store(settings)
+    ctx = worker_context()
+    timed = TimedEmbedder(uncached_embedder(settings))
+    timed.inner.embed_passages(["Aufwärmen des Modells."])  # model load is not pipeline time
+    ctx._embedder = timed
+    start = time.perf_counter()
+    summary = sync_folder(ctx, corpus, "bench")
+    total = time.perf_counter() - start
+    chunks = len(timed.inputs)
+    alone_start = time.perf_counter()
+    alone_vectors = uncached_embedder(settings).embed_passages(timed.inputs)
+    alone = time.perf_counter() - alone_start
+    assert np.isfinite(alone_vectors).all()
+    reset_worker_context()
+    return {
+        "embedder": provider,
+        "documents": summary.files,
+        "chunks": chunks,
+        "seconds": total,
+        "docs_per_s": summary.files / total,
+        "chunks_per_s": chunks / total,
+        "embedding_s": timed.seconds,
+        "other_s": total - timed.seconds,
+        "alone_chunks_per_s": chunks / alone if alone else float("inf"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--embedders", default="hashing,use-multilingual,e5-small")
+    parser.add_argument("--decisions", type=Path, default=DATA / "decisions" / "decisions.jsonl")
+    parser.add_argument("--statutes", type=Path, default=DATA / "statutes" / "bgb.jsonl.gz")
+    parser.add_argument("--statute-sections", type=int, default=600, help="How many § of the statute file to add.")
+    parser.add_argument("--sections-per-file", type=int, default=10, help="§ per statute document (1: a file per §).")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ki-bench-ingest-") as tmp:
+        workdir = Path(tmp)
+        corpus = workdir / "corpus"
+        files = build_corpus(corpus, args.decisions, args.statutes, args.statute_sections, args.sections_per_file)
+        print(f"corpus: {files} files in {corpus}", file=sys.stderr)
+        rows = [run(provider, corpus, workdir) for provider in args.embedders.split(",")]
+    header = f"{'embedder':<18}{'docs':>6}{'chunks':>8}{'total s':>9}{'docs/s':>8}{'chunks/s':>10}{'embed s':>9}{'other s':>9}{'alone c/s':>11}{'ratio':>7}"
+    print(header)
+    for r in rows:
+        ratio = r["chunks_per_s"] / r["alone_chunks_per_s"]
+        print(
+            f"{r['embedder']:<18}{r['documents']:>6}{r['chunks']:>8}{r['seconds']:>9.1f}{r['docs_per_s']:>8.1f}"
+            f"{r['chunks_per_s']:>10.1f}{r['embedding_s']:>9.1f}{r['other_s']:>9.1f}{r['alone_chunks_per_s']:>11.1f}{ratio:>7.2f}"
+        )
+    print("ratio = end-to-end chunks/s divided by the embedder alone on the same inputs (target >= 0.85)")
+
+
+if __name__ == "__main__":
+    main()
