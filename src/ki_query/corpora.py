@@ -1,0 +1,306 @@
+"""The corpus registry: statute-format corpora registered in SQL, plus the firm's own index.
+
+Scores from several corpora may be merged only when they are comparable: every corpus
+must be indexed with the same embedding model and metric as the query embedder. The
+registry checks that and returns a warning text (it does not raise: a ranking problem
+must not take the service down).
+
+The firm's index is a corpus too, through `FirmIndexCorpus`, an adapter over anything
+with `search(request, principals)` (the RetrievalService). Statute corpora are public;
+the firm's index answers only with the caller's principals, and nothing without them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ki_core.config import Settings
+from ki_core.embedding import Embedder
+from ki_core.models.corpora import Corpus
+from ki_core.search import SearchIndex, index_signature, open_index
+from ki_query.corpus_loader import index_metric
+from ki_query.corpus_retriever import CorpusRetriever, HybridWeights, negative_threshold_for
+from ki_query.corpus_units import UnitStore
+
+log = logging.getLogger(__name__)
+
+FIRM_CORPUS_ID = "firm"
+FIRM_KIND = "firm"
+
+
+class UnknownCorpus(KeyError):
+    """No corpus of that id is registered."""
+
+    def __str__(self) -> str:
+        return f"no corpus {self.args[0]!r} is registered (ki corpus list shows the registered ones)"
+
+
+class CorpusEmbeddingMismatch(RuntimeError):
+    """A corpus was indexed with another embedder than the one that embeds the question."""
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    id: str
+    kind: str
+    index_name: str
+    embedding_signature: str
+    metric: str
+    default_container: str | None = None
+    containers: tuple[str, ...] = ()
+    title: str | None = None
+    unit_count: int = 0
+    public: bool = True
+
+    @classmethod
+    def from_row(cls, row: Corpus) -> CorpusSpec:
+        attributes = row.attributes or {}
+        return cls(
+            id=row.id,
+            kind=str(getattr(row.kind, "value", row.kind)),
+            index_name=row.index_name,
+            embedding_signature=row.embedding_signature,
+            metric=row.metric,
+            default_container=row.default_container,
+            containers=tuple(attributes.get("containers", ())),
+            title=attributes.get("title"),
+            unit_count=row.unit_count,
+            public=bool(attributes.get("public", True)),
+        )
+
+
+# ------------------------------------------------------------------ firm index adapter
+
+
+class FirmSearchService(Protocol):
+    """What the adapter needs of the retrieval service."""
+
+    def search(self, request: Any, principals: Sequence[str]) -> Any: ...
+
+
+class FirmSearchRequest(BaseModel):
+    """Stand-in request with the field names of ki_query's SearchRequest (query, limit)."""
+
+    query: str
+    limit: int = 8
+
+
+def default_firm_request(question: str, top_k: int) -> Any:
+    """ki_query.types.SearchRequest when it exists, else the stand-in with the same fields."""
+    try:
+        from ki_query.types import SearchRequest  # type: ignore[import-not-found]
+    except ImportError:
+        return FirmSearchRequest(query=question, limit=top_k)
+    return SearchRequest(query=question, limit=top_k)
+
+
+def _field(item: Any, *names: str) -> Any:
+    for name in names:
+        value = item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+@dataclass
+class FirmIndexCorpus:
+    """The firm's knowledge index as a federation corpus (no address lookups: it has no §§)."""
+
+    service: FirmSearchService
+    corpus_id: str = FIRM_CORPUS_ID
+    embedder: Embedder | None = None
+    request_factory: Callable[[str, int], Any] = default_firm_request
+    negative_threshold: float | None = None
+
+    def query(
+        self, question: str, top_k: int = 8, principals: Sequence[str] | None = None, **_ignored: Any
+    ) -> list[dict[str, Any]]:
+        """The caller's hits; without principals nothing (fail closed, never an unscoped search)."""
+        if not principals:
+            return []
+        response = self.service.search(self.request_factory(question, top_k), list(principals))
+        hits = [self._hit(item) for item in _response_hits(response)]
+        return self._with_rank_scores(question, hits)
+
+    def verify_negative_result(self, question: str, principals: Sequence[str] | None = None) -> dict[str, Any]:
+        hits = self.query(question, top_k=20, principals=principals)
+        threshold = self.negative_threshold or negative_threshold_for(getattr(self.embedder, "signature", ""))
+        strong = [h for h in hits if float(h.get("rank_score") or 0.0) >= threshold]
+        return {
+            "safe_to_answer_negative": not strong,
+            "reason": f"{len(strong)} document hit(s) at cosine >= {threshold:.2f}" if strong else "no robust hit",
+            "results": strong,
+            "strong_result_count": len(strong),
+        }
+
+    def _hit(self, item: Any) -> dict[str, Any]:
+        text = str(_field(item, "text", "excerpt", "snippet", "chunk_text") or "")
+        document_id = _field(item, "document_id")
+        return {
+            "text": text,
+            "score": float(_field(item, "score") or 0.0),
+            "metadata": {
+                "corpus_id": self.corpus_id,
+                "container_id": document_id,
+                "section_id": None,
+                "chunk_index_in_section": _field(item, "chunk_index", "ordinal"),
+                "text_hash": hashlib.sha256(f"{_field(item, 'chunk_id')}\n{text}".encode()).hexdigest(),
+                "document_id": document_id,
+                "document_version_id": _field(item, "document_version_id", "version_id"),
+                "chunk_id": _field(item, "chunk_id"),
+                "project_id": _field(item, "project_id"),
+                "title": _field(item, "title", "document_title"),
+            },
+            "retrieval_kinds": list(_field(item, "retrieval_kinds", "legs") or ["firm_index"]),
+            "corpus_id": self.corpus_id,
+        }
+
+    def _with_rank_scores(self, question: str, hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """rank_score = cosine of question and chunk text with the shared embedder (never RRF)."""
+        if self.embedder is None or not hits:
+            return hits
+        for hit, value in zip(hits, cosines(self.embedder, question, [h["text"] or " " for h in hits]), strict=True):
+            hit["rank_score"] = float(value)
+        return hits
+
+
+def _response_hits(response: Any) -> list[Any]:
+    if response is None:
+        return []
+    hits = _field(response, "hits")
+    return list(hits if hits is not None else response)
+
+
+# ------------------------------------------------------------------ registry
+
+
+@dataclass
+class CorpusRegistry:
+    """Registered corpora (SQL) and, when given, the firm's index; retrievers opened lazily."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    embedder: Embedder
+    firm: FirmIndexCorpus | None = None
+    only: Sequence[str] | None = None
+    weights: HybridWeights | None = None
+    _specs: dict[str, CorpusSpec] | None = field(default=None, init=False)
+    _retrievers: dict[str, Any] = field(default_factory=dict, init=False)
+    _indexes: list[SearchIndex] = field(default_factory=list, init=False)
+
+    def available(self) -> list[str]:
+        ids = list(self._load_specs())
+        return [c for c in ids if self.only is None or c in self.only]
+
+    def spec(self, corpus_id: str) -> CorpusSpec:
+        specs = self._load_specs()
+        if corpus_id not in specs:
+            raise UnknownCorpus(corpus_id)
+        return specs[corpus_id]
+
+    def retriever(self, corpus_id: str) -> Any:
+        if corpus_id not in self._retrievers:
+            self._retrievers[corpus_id] = self._open_retriever(self.spec(corpus_id))
+        return self._retrievers[corpus_id]
+
+    def refresh(self) -> None:
+        self._specs = None
+
+    def close(self) -> None:
+        for index in self._indexes:
+            index.close()
+        self._indexes.clear()
+        self._retrievers.clear()
+
+    def _load_specs(self) -> dict[str, CorpusSpec]:
+        if self._specs is None:
+            with self.sessions() as session:
+                rows = session.scalars(select(Corpus).order_by(Corpus.id)).all()
+                specs = {row.id: CorpusSpec.from_row(row) for row in rows}
+            if self.firm is not None:
+                specs[self.firm.corpus_id] = self._firm_spec(self.firm.corpus_id)
+            self._specs = specs
+        return self._specs
+
+    def _firm_spec(self, corpus_id: str) -> CorpusSpec:
+        return CorpusSpec(
+            id=corpus_id,
+            kind=FIRM_KIND,
+            index_name=self.settings.retrieval.index_name,
+            embedding_signature=index_signature(self.settings),
+            metric=index_metric(self.settings),
+            title="Kanzlei-Wissensindex",
+            public=False,
+        )
+
+    def _open_retriever(self, spec: CorpusSpec) -> Any:
+        if self.firm is not None and spec.id == self.firm.corpus_id:
+            return self.firm
+        if spec.embedding_signature != self.embedder.signature:
+            raise CorpusEmbeddingMismatch(
+                f"corpus {spec.id} was indexed with {spec.embedding_signature} but questions are embedded "
+                f"with {self.embedder.signature}; reload it (ki corpus load) or configure that embedder"
+            )
+        index = open_index(self.settings, index_name=spec.index_name, read_only=True)
+        index.ensure()
+        self._indexes.append(index)
+        return CorpusRetriever(
+            spec.id,
+            index=index,
+            units=UnitStore(self.sessions, spec.id),
+            embedder=self.embedder,
+            containers=spec.containers,
+            default_container=spec.default_container,
+            weights=self.weights or weights_from_settings(self.settings),
+        )
+
+    # ------------------------------------------------------------ checks
+
+    def assert_consistent_embedding(self) -> str | None:
+        """A warning text when scores of the corpora are not comparable, else None."""
+        specs = [self._load_specs()[c] for c in self.available()]
+        signatures = {s.embedding_signature for s in specs} | {self.embedder.signature}
+        metrics = {s.metric for s in specs}
+        problems = []
+        if len(signatures) > 1:
+            listed = ", ".join(f"{s.id}={s.embedding_signature}" for s in specs)
+            problems.append(f"embedding signatures differ (query embedder {self.embedder.signature}; {listed})")
+        if len(metrics) > 1:
+            problems.append("distance metrics differ (" + ", ".join(f"{s.id}={s.metric}" for s in specs) + ")")
+        if not problems:
+            return None
+        return "scores of the corpora are not comparable: " + "; ".join(problems)
+
+    def diagnostics(self) -> dict[str, Any]:
+        return {
+            "corpora": [asdict(self._load_specs()[c]) for c in self.available()],
+            "query_embedder": self.embedder.signature,
+            "embedding_warning": self.assert_consistent_embedding(),
+        }
+
+
+def weights_from_settings(settings: Settings) -> HybridWeights:
+    retrieval = settings.retrieval
+    return HybridWeights(
+        lexical=retrieval.weight_lexical,
+        semantic=retrieval.weight_semantic,
+        identifier=retrieval.weight_identifier,
+        rrf_k=retrieval.fusion_rrf_k,
+    )
+
+
+def cosines(embedder: Embedder, question: str, texts: Iterable[str]) -> np.ndarray:
+    """Plain cosine of question and texts with one embedder (both sides unit vectors)."""
+    texts = list(texts)
+    if not texts:
+        return np.zeros(0, dtype=np.float32)
+    return embedder.embed_passages(texts) @ embedder.embed_query(question)

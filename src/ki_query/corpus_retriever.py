@@ -1,0 +1,316 @@
+"""The retriever of one statute-format corpus: hybrid query, lookups by address, negative check.
+
+query(): German BM25 on `text` (never the heading), semantic kNN, the identifier leg and
+explicit lookups of the § references the question names, fused with weighted RRF, then
+ranked by section: a § whose Absätze match several times is stronger evidence than one
+stray Absatz (the § is the unit a lawyer cites, and the eval grades every Absatz of it).
+
+Every hit carries `score` (this corpus's fused score, for its own order) and `rank_score`,
+the plain cosine of the shared embedding model between question and chunk: that one is
+comparable across corpora and backends, so the federation ranks by it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ki_core.embedding import Embedder
+from ki_core.identifiers import Identifier, extract, normalize_law
+from ki_core.models.corpora import CorpusUnit
+from ki_core.search import SearchIndex
+from ki_core.search.types import Leg, MultiSearchRequest, ScopeFilter, SearchFilters, oversampled_window
+from ki_query.corpus_loader import embedding_text, section_key
+from ki_query.corpus_units import Hit, UnitStore, unit_hit
+from ki_query.federation_providers import expand_sections
+
+log = logging.getLogger(__name__)
+
+ALL_LEGS = frozenset(Leg)
+LOOKUP_SCORE = 1.0
+LOOKUP_MAX_CHUNKS = 2
+WHERE_KEYS = frozenset({"container_id", "section_id", "repealed"})
+# Cosine at or above which a broad control hit counts as robust evidence, per embedder family.
+# Calibrated on the statutes corpus: the best hit of an answerable question vs. of an off-topic
+# one (e5 compresses cosines into 0.7-0.9; USE spreads them out).
+NEGATIVE_THRESHOLDS = {"e5-small": 0.86, "use-multilingual": 0.55}
+DEFAULT_NEGATIVE_THRESHOLD = 0.5
+NEGATIVE_CHECK_TOP_K = 20
+# The extractor does not end a reference at "?" or "!" ("Was regelt § 573c BGB?" finds nothing);
+# a question is read with a full stop there instead.
+_CLOSING_MARKS = str.maketrans({"?": ".", "!": "."})
+
+
+@dataclass(frozen=True)
+class HybridWeights:
+    """RRF weights per leg (retrieval.weight_*), the RRF constant, and the weight of section evidence.
+
+    section_weight: a chunk's score is the RRF of its own ranks plus this times the RRF of its
+    section's ranks (passage and document evidence interpolated; 1.0 weighs them equally).
+    0 ranks chunks alone.
+    """
+
+    lexical: float = 1.0
+    semantic: float = 1.0
+    identifier: float = 1.5
+    rrf_k: int = 60
+    section_weight: float = 1.0
+
+    def of(self, leg: Leg) -> float:
+        return {Leg.LEXICAL: self.lexical, Leg.SEMANTIC: self.semantic, Leg.IDENTIFIER: self.identifier}[leg]
+
+
+@dataclass
+class Candidate:
+    chunk_id: int
+    score: float = 0.0
+    kinds: list[str] = field(default_factory=list)
+    cosine: float | None = None
+
+
+def parse_legs(legs: Iterable[str | Leg] | str | None) -> frozenset[Leg]:
+    if legs is None:
+        return ALL_LEGS
+    if isinstance(legs, str):
+        legs = [part for part in legs.split(",") if part.strip()]
+    try:
+        return frozenset(Leg(str(leg).strip()) for leg in legs)
+    except ValueError:
+        raise ValueError(f"unknown leg in {legs!r}; legs are {', '.join(sorted(ALL_LEGS))}") from None
+
+
+def named_identifiers(question: str, context_law: str | None = None) -> list[Identifier]:
+    return extract(question.translate(_CLOSING_MARKS), context_law=context_law)
+
+
+def negative_threshold_for(signature: str) -> float:
+    return NEGATIVE_THRESHOLDS.get(signature.split(":")[0], DEFAULT_NEGATIVE_THRESHOLD)
+
+
+class CorpusRetriever:
+    """Retriever of one corpus with its own index; the federation's `query` / `get_units` peer."""
+
+    def __init__(
+        self,
+        corpus_id: str,
+        *,
+        index: SearchIndex,
+        units: UnitStore,
+        embedder: Embedder,
+        containers: Iterable[str] = (),
+        default_container: str | None = None,
+        weights: HybridWeights | None = None,
+        negative_threshold: float | None = None,
+    ):
+        self.corpus_id = corpus_id
+        self.index = index
+        self.units = units
+        self.embedder = embedder
+        self.containers = {normalize_law(c) for c in containers}
+        self.default_container = default_container
+        self.weights = weights or HybridWeights()
+        self.negative_threshold = negative_threshold or negative_threshold_for(embedder.signature)
+        # OpenSearch scores kNN as (1 + cos) / 2; the embedded backend returns the cosine itself.
+        self._cosine: Callable[[float], float] = getattr(index, "cosine", lambda score: score)
+
+    # ---------------------------------------------------------------- query
+
+    def query(
+        self,
+        question: str,
+        top_k: int = 8,
+        where: Mapping[str, Any] | None = None,
+        fetch_k: int | None = None,
+        *,
+        legs: Iterable[str | Leg] | str | None = None,
+        include_neighbors: bool = False,
+    ) -> list[Hit]:
+        legs = parse_legs(legs)
+        vector = self.embedder.embed_query(question)
+        named = named_identifiers(question)
+        if not named:
+            # The identifier leg matches the identifiers of chunks; a question naming none gives it
+            # only stray tokens ("1.", "Abs") to match, which is noise at its weight of 1.5.
+            legs = legs - {Leg.IDENTIFIER}
+        lookups = self.section_lookups(question, where, named) if Leg.IDENTIFIER in legs else []
+        rankings = self._leg_rankings(question, vector, legs, where, fetch_k or oversampled_window(top_k))
+        taken = {h["metadata"]["text_hash"] for h in lookups}
+        ranked = self._ranked_hits(rankings, skip_hashes=taken)
+        hits = (lookups + ranked)[:top_k]
+        if include_neighbors:
+            hits = self._with_neighbors(hits)
+        return self._with_rank_scores(hits, vector)
+
+    def _leg_rankings(
+        self, question: str, vector: np.ndarray, legs: frozenset[Leg], where: Mapping[str, Any] | None, size: int
+    ) -> dict[Leg, list[tuple[int, float]]]:
+        """(chunk id, leg score) per requested leg, best first, from one multi-search."""
+        scope, filters = self._filters(where)
+        text_legs = legs & {Leg.LEXICAL, Leg.IDENTIFIER}
+        request = MultiSearchRequest(
+            query_text=question if text_legs else "",
+            query_vector=tuple(float(x) for x in vector) if Leg.SEMANTIC in legs else None,
+            scope=scope,
+            filters=filters,
+            size=size,
+        )
+        result = self.index.multi_search(request)
+        return {leg: [(h.chunk_id, h.score) for h in result.hits(leg)] for leg in legs}
+
+    def _filters(self, where: Mapping[str, Any] | None) -> tuple[ScopeFilter, SearchFilters]:
+        where = dict(where or {})
+        unknown = set(where) - WHERE_KEYS
+        if unknown:
+            raise ValueError(f"unknown where key(s) {sorted(unknown)}; known: {sorted(WHERE_KEYS)}")
+        container = where.get("container_id")
+        scope = (
+            ScopeFilter(document_ids=frozenset({normalize_law(container)}))
+            if container
+            else ScopeFilter(project_ids=frozenset({self.corpus_id}))
+        )
+        section = where.get("section_id")
+        repealed = where.get("repealed")
+        filters = SearchFilters(
+            matter_id=section_key(normalize_law(container), section) if container and section else None,
+            version_status=None if repealed is None else ("repealed" if repealed else "in_force"),
+        )
+        return scope, filters
+
+    def _ranked_hits(self, rankings: Mapping[Leg, list[tuple[int, float]]], *, skip_hashes: set[str]) -> list[Hit]:
+        """Chunks by RRF of their own ranks plus section_weight x RRF of their section's ranks.
+
+        A section's rank in a leg is where its first Absatz appears, so a § counts once per
+        leg however many Absätze it has: a long § with many weak matches gains nothing.
+        """
+        units = self.units.by_chunk_ids(cid for ranking in rankings.values() for cid, _ in ranking)
+        candidates: dict[int, Candidate] = {}
+        section_score: dict[tuple[str, str], float] = {}
+        for leg, ranking in rankings.items():
+            weight, seen = self.weights.of(leg), set()
+            for rank, (chunk_id, leg_score) in enumerate(ranking):
+                unit = units.get(chunk_id)
+                if unit is None:
+                    continue
+                candidate = candidates.setdefault(chunk_id, Candidate(chunk_id))
+                candidate.score += weight / (self.weights.rrf_k + rank)
+                candidate.kinds.append(leg.value)
+                if leg is Leg.SEMANTIC:
+                    candidate.cosine = self._cosine(leg_score)
+                key = (unit.container_id, unit.section_id)
+                if key not in seen:
+                    section_score[key] = section_score.get(key, 0.0) + weight / (self.weights.rrf_k + len(seen))
+                    seen.add(key)
+        hits = []
+        for candidate in candidates.values():
+            unit = units[candidate.chunk_id]
+            if unit.text_hash in skip_hashes:
+                continue
+            score = candidate.score + self.weights.section_weight * section_score[(unit.container_id, unit.section_id)]
+            hits.append(unit_hit(unit, score=score, rank_score=candidate.cosine, kinds=candidate.kinds))
+        hits.sort(key=lambda h: h["score"], reverse=True)
+        return hits
+
+    def _with_rank_scores(self, hits: list[Hit], vector: np.ndarray) -> list[Hit]:
+        """rank_score = plain cosine of question and chunk for every hit that has none yet."""
+        missing = [h for h in hits if h.get("rank_score") is None]
+        if missing:
+            rows = self.embedder.embed_passages([h["text"] for h in missing])
+            for hit, row in zip(missing, rows @ vector, strict=True):
+                hit["rank_score"] = float(row)
+        return hits
+
+    # -------------------------------------------------------------- lookups
+
+    def get_units(
+        self,
+        section_id: str,
+        container: str | None = None,
+        subsection: str | None = None,
+        max_chunks: int = 3,
+    ) -> list[Hit]:
+        """The chunks at an address, in text order, scored 1.0 (a lookup, not a similarity)."""
+        container = normalize_law(container) if container else self.default_container
+        units = self.units.at_address(section_id, container, subsection)
+        return [
+            unit_hit(u, score=LOOKUP_SCORE, rank_score=LOOKUP_SCORE, kinds=["section_lookup"])
+            for u in units[: max(0, max_chunks)]
+        ]
+
+    def section_lookups(
+        self, question: str, where: Mapping[str, Any] | None = None, named: Sequence[Identifier] | None = None
+    ) -> list[Hit]:
+        """Explicit lookups of the § references the question names in a law this corpus holds."""
+        only = normalize_law(where["container_id"]) if where and where.get("container_id") else None
+        hits: list[Hit] = []
+        if named is None or self.default_container:
+            named = named_identifiers(question, context_law=self.default_container)
+        for ident in named:
+            law = normalize_law(ident.law) if ident.law else None
+            if ident.kind != "statute" or not ident.section or law not in self.containers:
+                continue
+            if only is not None and law != only:
+                continue
+            subsection = ident.absatz if ident.absatz and ident.absatz.isalnum() else None
+            for section in expand_sections(ident.section):
+                hits += self.get_units(section, container=law, subsection=subsection, max_chunks=LOOKUP_MAX_CHUNKS)
+        unique = {h["metadata"]["text_hash"]: h for h in reversed(hits)}
+        return [h for h in hits if unique.get(h["metadata"]["text_hash"]) is h]
+
+    def _with_neighbors(self, hits: list[Hit]) -> list[Hit]:
+        """Each hit followed by the adjacent Absätze of its section (kind "neighbor")."""
+        keys = {(h["metadata"]["container_id"], h["metadata"]["section_id"]) for h in hits}
+        sections = self.units.sections(keys)
+        seen = {h["metadata"]["text_hash"] for h in hits}
+        result: list[Hit] = []
+        for hit in hits:
+            result.append(hit)
+            for unit in adjacent_units(sections.get(_section_of(hit), []), hit["metadata"]["text_hash"]):
+                if unit.text_hash not in seen:
+                    seen.add(unit.text_hash)
+                    result.append(unit_hit(unit, score=hit["score"], rank_score=None, kinds=["neighbor"]))
+        return result
+
+    # ------------------------------------------------------ negative check
+
+    def verify_negative_result(self, question: str, threshold: float | None = None) -> dict[str, Any]:
+        """A broad control retrieval (all legs, no filter): any hit at cosine >= threshold blocks.
+
+        A § the question names and this corpus holds blocks too: the corpus does say something.
+        """
+        threshold = self.negative_threshold if threshold is None else threshold
+        hits = self.query(question, top_k=NEGATIVE_CHECK_TOP_K, fetch_k=oversampled_window(NEGATIVE_CHECK_TOP_K))
+        strong = [
+            h for h in hits if "section_lookup" in h["retrieval_kinds"] or float(h.get("rank_score") or 0) >= threshold
+        ]
+        if strong:
+            best = strong[0]
+            reason = (
+                f"{len(strong)} hit(s) at cosine >= {threshold:.2f} or named by address, "
+                f"best {best['metadata']['address']} ({float(best['rank_score']):.3f})"
+            )
+        else:
+            best_cos = max((float(h.get("rank_score") or 0) for h in hits), default=0.0)
+            reason = f"no hit at cosine >= {threshold:.2f} (best {best_cos:.3f})"
+        return {
+            "safe_to_answer_negative": not strong,
+            "reason": reason,
+            "results": strong,
+            "strong_result_count": len(strong),
+            "threshold": threshold,
+        }
+
+
+def _section_of(hit: Hit) -> tuple[str, str]:
+    return (hit["metadata"]["container_id"], hit["metadata"]["section_id"])
+
+
+def adjacent_units(section_units: Sequence[CorpusUnit], text_hash: str) -> list[CorpusUnit]:
+    position = next((i for i, u in enumerate(section_units) if u.text_hash == text_hash), None)
+    if position is None:
+        return []
+    return [section_units[i] for i in (position - 1, position + 1) if 0 <= i < len(section_units)]
+
