@@ -205,6 +205,10 @@ class ChunkTable:
 
     # ------------------------------------------------------------------- reads
 
+    def project_ids(self) -> list[str]:
+        """Every project the table has seen (its vocabulary only grows)."""
+        return self.vocab["project_id"].keys[1:]  # type: ignore[return-value]
+
     def live_slot(self, chunk_id: int) -> int | None:
         return self.slot_of.get(chunk_id)
 

@@ -456,7 +456,7 @@ class EmbeddedIndex:
             hits = self._post_filtered_text_leg(leg_field, request, admitted)
             if hits is not None:
                 return hits
-        strict = self.text.strict_filter(request.scope, request.filters)
+        strict = self.text.strict_filter(request.scope, request.filters, self.table.project_ids())
         slots, scores = self._admitted_hits(self.text.ranked(leg_field, request.query_text, strict, request.size), admitted)
         return self.table.leg_hits(slots, scores.tolist())
 

@@ -7,7 +7,7 @@ the compact scope becomes a handful of term sets, never one term per visible doc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -110,6 +110,33 @@ class RankedChunks:
 NO_HITS = RankedChunks([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
 
 
+def other_projects(scope: ScopeFilter, known: Collection[str]) -> list[str] | None:
+    """The known projects outside a projects-only scope, when fewer than those inside; else None.
+
+    Only with the full list of known projects: a project missing from it would be admitted.
+    """
+    if scope.match_none or scope.document_ids or not scope.project_ids or not known:
+        return None
+    others = sorted(set(known) - scope.project_ids)
+    return others if len(others) < len(scope.project_ids) else None
+
+
+@dataclass(frozen=True, slots=True)
+class TextFilter:
+    """A strict filter as tantivy clauses: `required` must match (adding no score), `excluded` must not."""
+
+    required: Query | None
+    excluded: tuple[Query, ...] = ()
+
+    def clauses(self) -> list[tuple[Occur, Query]]:
+        required = [] if self.required is None else [(Occur.Must, Query.const_score_query(self.required, 0.0))]
+        return required + [(Occur.MustNot, query) for query in self.excluded]
+
+    def query(self) -> Query:
+        """The filter alone, matching every admitted document."""
+        return Query.boolean_query([(Occur.Must, Query.all_query()), *self.clauses()])
+
+
 class TextIndex:
     """One tantivy index; a writer when `writable`, otherwise reloaded on demand."""
 
@@ -126,7 +153,7 @@ class TextIndex:
         self.index.register_tokenizer(IDENTIFIER, self.identifier)
         self.index.config_reader(reload_policy="Manual")
         self.writer = self.index.writer(WRITER_HEAP_BYTES, 0) if writable else None
-        self._filters: dict[tuple[ScopeFilter | None, SearchFilters], Query] = {}
+        self._filters: dict[tuple[ScopeFilter | None, SearchFilters, int], TextFilter] = {}
 
     # ------------------------------------------------------------------ writes
 
@@ -168,14 +195,12 @@ class TextIndex:
         stamps = searcher.fast_field_values("stamp", addresses)
         return dict(zip(ids, stamps, strict=True))
 
-    def ranked(self, leg_field: str, query_text: str, strict_filter: Query, limit: int) -> RankedChunks:
+    def ranked(self, leg_field: str, query_text: str, strict_filter: TextFilter, limit: int) -> RankedChunks:
         """BM25 top `limit` on one field inside the filter (the filter adds no score)."""
         matcher = self.match_query(leg_field, query_text)
         if matcher is None:
             return NO_HITS
-        query = Query.boolean_query(
-            [(Occur.Must, matcher), (Occur.Must, Query.const_score_query(strict_filter, 0.0))]
-        )
+        query = Query.boolean_query([(Occur.Must, matcher), *strict_filter.clauses()])
         searcher = self.index.searcher()
         hits = searcher.search(query, limit, count=False).hits
         if not hits:
@@ -199,24 +224,37 @@ class TextIndex:
 
     # ----------------------------------------------------------------- filters
 
-    def strict_filter(self, scope: ScopeFilter | None, filters: SearchFilters) -> Query:
-        """The scope (None: no scope) and metadata filters as one tantivy query, cached: building a
-        large term set costs milliseconds."""
-        key = (scope, filters)
-        query = self._filters.get(key)
-        if query is None:
-            clauses = [self.scope_query(scope)] if scope is not None else []
-            clauses += self.metadata_queries(filters)
-            if not clauses:
-                query = Query.all_query()
-            elif len(clauses) == 1:
-                query = clauses[0]
-            else:
-                query = Query.boolean_query([(Occur.Must, c) for c in clauses])
+    def strict_filter(
+        self, scope: ScopeFilter | None, filters: SearchFilters, known_projects: Collection[str] = ()
+    ) -> TextFilter:
+        """The scope (None: no scope) and metadata filters as tantivy clauses, cached: building a
+        large term set costs milliseconds. `known_projects` (every project in the index) lets a
+        scope of most projects become "none of the few others", which tantivy checks faster
+        (45 of 50 projects at 100k chunks: 0.8 ms instead of 1.3 ms per query)."""
+        key = (scope, filters, len(known_projects))
+        cached = self._filters.get(key)
+        if cached is None:
+            cached = self._build_filter(scope, filters, known_projects)
             if len(self._filters) >= 256:
                 self._filters.pop(next(iter(self._filters)))
-            self._filters[key] = query
-        return query
+            self._filters[key] = cached
+        return cached
+
+    def _build_filter(self, scope: ScopeFilter | None, filters: SearchFilters, known: Collection[str]) -> TextFilter:
+        required = self.metadata_queries(filters)
+        excluded: list[Query] = []
+        others = other_projects(scope, known) if scope is not None else None
+        if scope is not None and others is not None:
+            if others:
+                excluded.append(Query.term_set_query(self.schema, "project_id", others))
+            if scope.excluded_document_ids:
+                excluded.append(Query.term_set_query(self.schema, "document_id", sorted(scope.excluded_document_ids)))
+        elif scope is not None:
+            required.insert(0, self.scope_query(scope))
+        if not required:
+            return TextFilter(None, tuple(excluded))
+        combined = required[0] if len(required) == 1 else Query.boolean_query([(Occur.Must, q) for q in required])
+        return TextFilter(combined, tuple(excluded))
 
     def scope_query(self, scope: ScopeFilter) -> Query:
         if scope.match_none:

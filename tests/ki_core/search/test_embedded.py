@@ -253,8 +253,11 @@ def test_the_tantivy_filter_admits_exactly_what_the_slot_mask_admits(
     if not isinstance(shared_loaded_index, EmbeddedIndex):
         return
     text = shared_loaded_index.text
-    matched = text.index.searcher().search(text.strict_filter(scope, filters), 100).count
-    assert matched == shared_loaded_index.table.admitted(scope, filters).count == len(admitted_ids(scope, filters))
+    expected = len(admitted_ids(scope, filters))
+    assert shared_loaded_index.table.admitted(scope, filters).count == expected
+    for known_projects in ((), shared_loaded_index.table.project_ids()):  # as a term set, and as exclusions
+        strict = text.strict_filter(scope, filters, known_projects)
+        assert text.index.searcher().search(strict.query(), 100).count == expected
 
 
 BROAD_FILTERS = [SearchFilters(), SearchFilters(chunk_kind="chunk"), SearchFilters(doc_type="contract"),
