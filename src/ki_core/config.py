@@ -76,10 +76,35 @@ class RetrievalSettings(_Section):
         return self
 
 
+class ApiKeySettings(_Section):
+    """A service's API key: only its SHA-256 is configured, never the key itself."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    principals: list[str] = Field(min_length=1)
+    # May search on behalf of a principal named in X-KI-On-Behalf-Of (a trusted front end).
+    on_behalf_of: bool = False
+
+
+class JwtSettings(_Section):
+    """Bearer tokens of users, verified with the issuer's public key."""
+
+    issuer: str
+    audience: str | None = None
+    # PEM public key (file path or the PEM text itself).
+    public_key: str
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"])
+    principal_claim: str = "sub"
+    groups_claim: str | None = "groups"
+    leeway_seconds: int = Field(default=30, ge=0)
+
+
 class SecuritySettings(_Section):
     source_acl_mode: Literal["sufficient", "intersect"] = "sufficient"
     principal_aliases: dict[str, str] = Field(default_factory=dict)
     admin_principals: list[str] = Field(default_factory=lambda: ["role:admin", "system:admin"])
+    # name -> key; HTTP and MCP callers authenticate with one of these or a JWT.
+    api_keys: dict[str, ApiKeySettings] = Field(default_factory=dict)
+    jwt: JwtSettings | None = None
 
 
 class DatabaseSettings(_Section):
@@ -172,6 +197,41 @@ class FederationSettings(_Section):
     anchors_file: str | None = None
 
 
+class DmsSourceSettings(_Section):
+    """One DMS that may call `POST /webhooks/<name>`."""
+
+    # HMAC-SHA256 key of the webhook signature; `previous_secret` is also accepted during a rotation.
+    secret: SecretStr
+    previous_secret: SecretStr | None = None
+    # Content given by URL must lie under this base (a relative URL is joined to it).
+    content_base_url: str | None = None
+    # Sent as `Authorization: Bearer <token>` when fetching content.
+    content_token: SecretStr | None = None
+
+
+class DmsSettings(_Section):
+    sources: dict[str, DmsSourceSettings] = Field(default_factory=dict)
+    # A signed request older (or newer) than this is a replay or a clock problem: 401.
+    signature_tolerance_seconds: int = Field(default=300, gt=0)
+    # Inline base64 content makes bodies large; bigger documents should be sent by URL.
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    max_content_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    fetch_timeout_seconds: float = Field(default=30.0, gt=0)
+    fetch_attempts: int = Field(default=3, gt=0)
+
+
+class SweepSettings(_Section):
+    interval_seconds: int = Field(default=60, gt=0)
+    # An accepted event not finished after this long lost its message or its worker: dispatch it again.
+    # Longer than the task retry backoff cap (300 s), so a retry waiting its turn is rarely doubled.
+    event_redispatch_after_seconds: int = Field(default=300, gt=0)
+    # Runs (claims) of one event before it is marked failed: a poison event must not loop forever.
+    max_event_attempts: int = Field(default=12, gt=0)
+    # A version stuck in converted/extracted this long lost its stage task.
+    stuck_version_after_seconds: int = Field(default=900, gt=0)
+    reconcile_interval_seconds: int = Field(default=3600, gt=0)
+
+
 class Settings(BaseSettings):
     """The effective configuration of one process."""
 
@@ -191,6 +251,8 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     federation: FederationSettings = Field(default_factory=FederationSettings)
+    dms: DmsSettings = Field(default_factory=DmsSettings)
+    sweep: SweepSettings = Field(default_factory=SweepSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,149 @@
+"""The HTTP surface of the read side (FastAPI). Principals come from the caller's credentials only.
+
+Errors map to status codes in one table: 400 bad window or filters, 401
+missing or invalid credentials, 403 not allowed, 404 no such (visible)
+document, 502 rerank gateway failed, 503 search index unavailable.
+
+No `from __future__ import annotations` here: FastAPI reads the dependency
+annotations at runtime, and `Caller` is local to the router.
+"""
+
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ki_core.config import Settings
+from ki_core.llm import GatewayError
+from ki_core.models import RelationKind
+from ki_core.search.types import SearchBackendError, SearchFilters
+from ki_query.identity import Forbidden, Identity, Unauthenticated, resolve_identity
+from ki_query.retrieval import RetrievalService
+from ki_query.types import (
+    DecisionHit,
+    DocumentNotFound,
+    DocumentView,
+    InvalidDecision,
+    InvalidFilters,
+    NewDecision,
+    RelatedDocument,
+    SearchRequest,
+    SearchResponse,
+    TraversalResult,
+    WindowTooDeep,
+)
+
+STATUS_FOR: list[tuple[type[BaseException], int]] = [
+    (Unauthenticated, 401),
+    (Forbidden, 403),
+    (DocumentNotFound, 404),
+    (WindowTooDeep, 400),
+    (InvalidFilters, 400),
+    (InvalidDecision, 400),
+    (GatewayError, 502),
+    (SearchBackendError, 503),
+]
+
+
+class FilterSearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    filters: SearchFilters = SearchFilters()
+    offset: int = Field(default=0, ge=0)
+    limit: int = Field(default=10, gt=0, le=500)
+
+
+class DecisionSearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1)
+    limit: int = Field(default=10, gt=0, le=100)
+
+
+class TraverseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    document_id: str
+    kinds: list[RelationKind] | None = None
+    depth: int = Field(default=1, ge=1, le=5)
+
+
+def create_query_app(settings: Settings, service: Callable[[], RetrievalService], prefix: str = "/v1") -> FastAPI:
+    """The query API; `service` builds (or returns) the RetrievalService on first use.
+
+    prefix="" gives an app to mount under /v1 of another one (`ki serve` with the ingress).
+    """
+    app = FastAPI(title="LegalMemory knowledge index: query API", version="1")
+    app.include_router(query_router(settings, service, prefix))
+    for exc_type, status in STATUS_FOR:
+        app.add_exception_handler(exc_type, _handler(status))
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    return app
+
+
+async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """400 naming each bad field (FastAPI's default is 422; our clients expect 400 for bad input)."""
+    problems = [
+        {"field": ".".join(str(p) for p in error["loc"] if p != "body"), "problem": error["msg"]}
+        for error in exc.errors()
+    ]
+    return JSONResponse({"detail": "invalid request", "errors": problems}, status_code=400)
+
+
+def _handler(status: int):
+    async def handle(_request: Request, exc: Exception) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+
+    return handle
+
+
+def query_router(settings: Settings, service: Callable[[], RetrievalService], prefix: str = "/v1") -> APIRouter:
+    router = APIRouter(prefix=prefix)
+
+    def caller(
+        authorization: Annotated[str | None, Header()] = None,
+        x_api_key: Annotated[str | None, Header()] = None,
+        x_ki_on_behalf_of: Annotated[str | None, Header()] = None,
+    ) -> Identity:
+        return resolve_identity(settings, authorization=authorization, api_key=x_api_key, on_behalf_of=x_ki_on_behalf_of)
+
+    Caller = Annotated[Identity, Depends(caller)]
+
+    @router.post("/search", response_model=SearchResponse)
+    def search(body: SearchRequest, who: Caller) -> Any:
+        """Hybrid search (lexical, semantic, identifier legs fused) inside the caller's access scope."""
+        return service().search(body, who.principals)
+
+    @router.post("/search/filter", response_model=SearchResponse)
+    def search_filter(body: FilterSearchRequest, who: Caller) -> Any:
+        """Metadata-only listing, newest first; no query text, no embedding."""
+        return service().search_filter(body.filters, who.principals, body.offset, body.limit)
+
+    @router.post("/decisions/search", response_model=list[DecisionHit])
+    def search_decisions(body: DecisionSearchRequest, who: Caller) -> Any:
+        """Decision records whose evidence the caller may see in full."""
+        return service().search_decisions(body.query, who.principals, body.limit)
+
+    @router.post("/decisions", response_model=DecisionHit, status_code=201)
+    def add_decision(body: NewDecision, who: Caller) -> Any:
+        """Record a decision; the caller must see all of its evidence."""
+        return service().add_decision(body, who.principals)
+
+    @router.get("/documents/{document_id}", response_model=DocumentView)
+    def get_document(document_id: str, who: Caller) -> Any:
+        return service().get_document(document_id, who.principals)
+
+    @router.get("/documents/{document_id}/related", response_model=list[RelatedDocument])
+    def related(document_id: str, who: Caller, kinds: Annotated[list[RelationKind] | None, Query()] = None) -> Any:
+        return service().related_documents(document_id, who.principals, kinds)
+
+    @router.post("/traverse", response_model=TraversalResult)
+    def traverse(body: TraverseRequest, who: Caller) -> Any:
+        return service().traverse(body.document_id, who.principals, body.kinds, body.depth)
+
+    return router

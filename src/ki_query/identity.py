@@ -1,0 +1,107 @@
+"""Who is calling: principals from an API key or a verified JWT, never from a request field.
+
+The only exception is an API key configured with `on_behalf_of`, for a trusted
+front end that authenticates its users itself and names them per request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ki_core.config import JwtSettings, Settings
+
+
+class Unauthenticated(Exception):
+    """No credentials, or credentials that do not verify (HTTP 401)."""
+
+
+class Forbidden(Exception):
+    """Valid credentials that may not do what was asked (HTTP 403)."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    subject: str
+    principals: tuple[str, ...]
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def identity_from_api_key(settings: Settings, key: str, on_behalf_of: str | None = None) -> Identity:
+    digest = key_digest(key)
+    for name, spec in settings.security.api_keys.items():
+        if hmac.compare_digest(spec.sha256, digest):
+            if on_behalf_of is None:
+                return Identity(f"key:{name}", tuple(spec.principals))
+            if not spec.on_behalf_of:
+                raise Forbidden(f"API key {name!r} may not act on behalf of other principals")
+            named = tuple(p.strip() for p in on_behalf_of.split(",") if p.strip())
+            if not named:
+                raise Forbidden("X-KI-On-Behalf-Of names no principal")
+            return Identity(f"key:{name} for {','.join(named)}", named)
+    raise Unauthenticated("unknown API key")
+
+
+def identity_from_jwt(settings: Settings, token: str) -> Identity:
+    import jwt
+
+    config = settings.security.jwt
+    if config is None:
+        raise Unauthenticated("bearer tokens are not configured (security.jwt)")
+    try:
+        claims = jwt.decode(
+            token,
+            _public_key(config.public_key),
+            algorithms=config.algorithms,
+            audience=config.audience,
+            issuer=config.issuer,
+            leeway=config.leeway_seconds,
+            options={"require": ["exp", "iss", config.principal_claim]},
+        )
+    except jwt.PyJWTError as exc:
+        raise Unauthenticated(f"invalid token: {exc}") from None
+    return Identity(str(claims[config.principal_claim]), _token_principals(config, claims))
+
+
+def _token_principals(config: JwtSettings, claims: dict) -> tuple[str, ...]:
+    principals = [str(claims[config.principal_claim])]
+    groups = claims.get(config.groups_claim) if config.groups_claim else None
+    if isinstance(groups, list):
+        principals += [str(g) for g in groups]
+    return tuple(principals)
+
+
+@cache
+def _public_key(value: str) -> str:
+    if value.lstrip().startswith("-----BEGIN"):
+        return value
+    return Path(value).read_text(encoding="utf-8")
+
+
+def resolve_identity(
+    settings: Settings,
+    *,
+    authorization: str | None,
+    api_key: str | None,
+    on_behalf_of: str | None = None,
+) -> Identity:
+    """The caller's identity from `Authorization: Bearer <JWT or API key>` or `X-API-Key`."""
+    if api_key:
+        return identity_from_api_key(settings, api_key, on_behalf_of)
+    if not authorization:
+        raise Unauthenticated("missing credentials: send Authorization: Bearer <token> or X-API-Key")
+    scheme, _, credential = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not credential.strip():
+        raise Unauthenticated("Authorization must be 'Bearer <token>'")
+    credential = credential.strip()
+    if credential.count(".") == 2:
+        if on_behalf_of:
+            raise Forbidden("a user token may not act on behalf of other principals")
+        return identity_from_jwt(settings, credential)
+    return identity_from_api_key(settings, credential, on_behalf_of)

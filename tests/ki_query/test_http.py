@@ -1,0 +1,164 @@
+"""The HTTP query API: principals from credentials only, errors with the status the spec names."""
+
+from __future__ import annotations
+
+import time
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from fastapi.testclient import TestClient
+
+from ki_core.config import SecuritySettings
+from ki_core.search.types import SearchBackendError
+from ki_query.http import create_query_app
+from ki_query.identity import key_digest
+from tests.ki_query.retrieval_fixtures import ADMIN, GROUP, MEMBER, FolderWorld, folder_world  # noqa: F401
+
+ANNA_KEY = "key-anna-0123456789"
+NOBODY_KEY = "key-nobody-0123456789"
+FRONTEND_KEY = "key-frontend-0123456789"
+ISSUER = "https://login.kanzlei.example"
+
+
+@pytest.fixture(scope="module")
+def signing_key():
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _settings(world: FolderWorld, signing_key):
+    public_pem = signing_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+    security = world.ctx.settings.security.model_dump(mode="python") | {
+            "api_keys": {
+                "anna": {"sha256": key_digest(ANNA_KEY), "principals": [MEMBER]},
+                "nobody": {"sha256": key_digest(NOBODY_KEY), "principals": ["someone-else"]},
+                "frontend": {"sha256": key_digest(FRONTEND_KEY), "principals": ["svc:frontend"], "on_behalf_of": True},
+            },
+            "jwt": {"issuer": ISSUER, "audience": "ki", "public_key": public_pem, "algorithms": ["RS256"]},
+    }
+    return world.ctx.settings.model_copy(update={"security": SecuritySettings.model_validate(security)})
+
+
+@pytest.fixture
+def client(folder_world: FolderWorld, signing_key) -> TestClient:  # noqa: F811
+    service, _, _ = folder_world.service()
+    return TestClient(create_query_app(_settings(folder_world, signing_key), lambda: service))
+
+
+def _token(signing_key, **claims) -> str:
+    now = int(time.time())
+    body = {"iss": ISSUER, "aud": "ki", "sub": MEMBER, "iat": now, "exp": now + 300} | claims
+    return jwt.encode(body, signing_key, algorithm="RS256")
+
+
+def _search(client: TestClient, headers: dict, **body) -> object:
+    return client.post("/v1/search", json={"query": "Mietvertrag Haftung", **body}, headers=headers)
+
+
+def test_no_credentials_is_401(client: TestClient) -> None:
+    response = _search(client, {})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_an_unknown_api_key_is_401(client: TestClient) -> None:
+    assert _search(client, {"X-API-Key": "guess"}).status_code == 401
+
+
+def test_an_api_key_searches_as_its_principals(client: TestClient) -> None:
+    response = _search(client, {"X-API-Key": ANNA_KEY})
+    assert response.status_code == 200
+    hits = response.json()["hits"]
+    assert hits and all(h["citation"]["project"]["name"] == "kontorwerk" for h in hits)
+
+
+def test_another_key_sees_nothing_of_the_project(client: TestClient) -> None:
+    response = _search(client, {"Authorization": f"Bearer {NOBODY_KEY}"})
+    assert response.status_code == 200
+    assert response.json()["hits"] == []
+
+
+def test_principals_in_the_request_body_are_refused_not_trusted(client: TestClient) -> None:
+    response = _search(client, {"X-API-Key": NOBODY_KEY}, principals=[ADMIN])
+    assert response.status_code == 400
+
+
+def test_only_a_front_end_key_may_act_on_behalf_of_someone(client: TestClient) -> None:
+    denied = _search(client, {"X-API-Key": NOBODY_KEY, "X-KI-On-Behalf-Of": MEMBER})
+    assert denied.status_code == 403
+    allowed = _search(client, {"X-API-Key": FRONTEND_KEY, "X-KI-On-Behalf-Of": MEMBER})
+    assert allowed.status_code == 200 and allowed.json()["hits"]
+
+
+def test_a_user_token_searches_as_its_subject_and_groups(client: TestClient, signing_key) -> None:
+    as_member = _search(client, {"Authorization": f"Bearer {_token(signing_key)}"})
+    assert as_member.status_code == 200 and as_member.json()["hits"]
+    as_group = _search(client, {"Authorization": f"Bearer {_token(signing_key, sub='bob', groups=[GROUP])}"})
+    assert as_group.status_code == 200 and as_group.json()["hits"]
+    outsider = _search(client, {"Authorization": f"Bearer {_token(signing_key, sub='bob')}"})
+    assert outsider.status_code == 200 and outsider.json()["hits"] == []
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [{"exp": int(time.time()) - 3600}, {"iss": "https://evil.example"}, {"aud": "other"}],
+    ids=["expired", "wrong-issuer", "wrong-audience"],
+)
+def test_a_bad_token_is_401(client: TestClient, signing_key, claims: dict) -> None:
+    response = _search(client, {"Authorization": f"Bearer {_token(signing_key, **claims)}"})
+    assert response.status_code == 401
+
+
+def test_a_token_signed_by_another_key_is_401(client: TestClient) -> None:
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    assert _search(client, {"Authorization": f"Bearer {_token(other)}"}).status_code == 401
+
+
+def test_a_window_above_500_is_400(client: TestClient) -> None:
+    response = _search(client, {"X-API-Key": ANNA_KEY}, offset=450, limit=60)
+    assert response.status_code == 400
+    assert "500" in response.json()["detail"]
+
+
+def test_invalid_filters_are_400_naming_the_field(client: TestClient) -> None:
+    response = _search(client, {"X-API-Key": ANNA_KEY}, filters={"date_from": "2024-05-01", "date_to": "2024-01-01"})
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["field"].startswith("filters")
+
+
+def test_an_invisible_document_is_404_like_a_missing_one(client: TestClient, folder_world: FolderWorld) -> None:  # noqa: F811
+    document_id = folder_world.documents["mietvertrag"].id
+    assert client.get(f"/v1/documents/{document_id}", headers={"X-API-Key": ANNA_KEY}).status_code == 200
+    invisible = client.get(f"/v1/documents/{document_id}", headers={"X-API-Key": NOBODY_KEY})
+    missing = client.get("/v1/documents/does-not-exist", headers={"X-API-Key": NOBODY_KEY})
+    assert invisible.status_code == missing.status_code == 404
+    assert invisible.json()["detail"].replace(document_id, "X") == missing.json()["detail"].replace("does-not-exist", "X")
+
+
+def test_related_documents_of_the_contract(client: TestClient, folder_world: FolderWorld) -> None:  # noqa: F811
+    document_id = folder_world.documents["mietvertrag"].id
+    response = client.get(f"/v1/documents/{document_id}/related", headers={"X-API-Key": ANNA_KEY})
+    assert response.status_code == 200
+    keys = {item["document"]["document"]["key"] for item in response.json()}
+    assert "anlage-1" in keys
+
+
+def test_the_index_being_down_is_503(folder_world: FolderWorld, signing_key) -> None:  # noqa: F811
+    service, index, _ = folder_world.service()
+
+    def broken(_request):
+        raise SearchBackendError("connection refused")
+
+    index.multi_search = broken
+    client = TestClient(create_query_app(_settings(folder_world, signing_key), lambda: service))
+    assert _search(client, {"X-API-Key": ANNA_KEY}).status_code == 503
+
+
+def test_search_filter_lists_newest_first(client: TestClient) -> None:
+    response = client.post("/v1/search/filter", json={"limit": 5}, headers={"X-API-Key": ANNA_KEY})
+    assert response.status_code == 200
+    dates = [h["citation"]["version"]["doc_date"] for h in response.json()["hits"] if h["citation"]["version"]["doc_date"]]
+    assert dates == sorted(dates, reverse=True) and dates

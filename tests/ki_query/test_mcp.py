@@ -1,0 +1,58 @@
+"""The MCP tools, through the official SDK's in-process client, with the server's one identity."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+from mcp.client.client import Client
+
+from ki_query.identity import Identity
+from ki_query.mcp_server import create_mcp_server
+from tests.ki_query.retrieval_fixtures import MEMBER, FolderWorld, folder_world  # noqa: F401
+
+TOOLS = {"search", "search_filter", "search_decisions", "get_document", "traverse", "related_documents", "add_decision"}
+
+
+def _call(world: FolderWorld, principals: tuple[str, ...], tool: str, arguments: dict):
+    service, _, _ = world.service()
+    server = create_mcp_server(lambda: service, Identity("test", principals))
+
+    async def run():
+        async with Client(server) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            return names, await client.call_tool(tool, arguments)
+
+    return anyio.run(run)
+
+
+def _payload(result) -> object:
+    if result.structured_content is not None:
+        content = result.structured_content
+        return content.get("result", content) if isinstance(content, dict) else content
+    return json.loads(result.content[0].text)
+
+
+def test_the_server_offers_the_retrieval_tools(folder_world: FolderWorld) -> None:  # noqa: F811
+    names, _ = _call(folder_world, (MEMBER,), "search", {"query": "Miete"})
+    assert TOOLS <= names
+
+
+def test_search_acts_for_the_servers_identity_only(folder_world: FolderWorld) -> None:  # noqa: F811
+    _, allowed = _call(folder_world, (MEMBER,), "search", {"query": "Heizung Minderung", "limit": 5})
+    assert not allowed.is_error and _payload(allowed)["hits"]
+    _, outsider = _call(folder_world, ("someone-else",), "search", {"query": "Heizung Minderung", "limit": 5})
+    assert not outsider.is_error and _payload(outsider)["hits"] == []
+
+
+def test_a_window_above_500_is_a_tool_error(folder_world: FolderWorld) -> None:  # noqa: F811
+    _, result = _call(folder_world, (MEMBER,), "search", {"query": "Miete", "offset": 495, "limit": 10})
+    assert result.is_error
+
+
+def test_related_documents_tool(folder_world: FolderWorld) -> None:  # noqa: F811
+    document_id = folder_world.documents["mietvertrag"].id
+    _, result = _call(folder_world, (MEMBER,), "related_documents", {"document_id": document_id})
+    assert not result.is_error
+    keys = {item["document"]["document"]["key"] for item in _payload(result)}
+    assert "anlage-1" in keys
