@@ -84,9 +84,10 @@ def copy_rows(engine: Engine, table: str, columns: tuple[str, ...], rows: Iterab
         buffer.write("\n")
     raw = engine.raw_connection()
     try:
-        with raw.driver_connection.cursor() as cursor:
-            with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-                copy.write(buffer.getvalue())
+        with raw.driver_connection.cursor() as cursor, cursor.copy(
+            f"COPY {table} ({', '.join(columns)}) FROM STDIN"
+        ) as copy:
+            copy.write(buffer.getvalue())
         raw.commit()
     finally:
         raw.close()

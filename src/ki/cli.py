@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ki.commands import access as access_commands
 from ki.commands import config as config_commands
 from ki.commands import demo as demo_commands
 from ki.commands import identifiers as identifiers_commands
@@ -18,7 +19,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-for _module in (config_commands, store_commands, demo_commands, ingest_commands, identifiers_commands):
+for _module in (config_commands, store_commands, demo_commands, ingest_commands, identifiers_commands,
+                access_commands):
     _module.register(app)
 
 

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from ki_core.config import ConfigError
+from ki_core.grants import InvalidPrincipal, UnknownTarget
 
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
@@ -17,7 +18,11 @@ EXIT_FAILED = 1
 _stderr = Console(stderr=True, soft_wrap=True)
 
 # Most specific first; later issues add their edge exceptions here.
-EXIT_CODES: list[tuple[type[BaseException], int]] = [(ConfigError, EXIT_CONFIG)]
+EXIT_CODES: list[tuple[type[BaseException], int]] = [
+    (ConfigError, EXIT_CONFIG),
+    (UnknownTarget, EXIT_FAILED),
+    (InvalidPrincipal, EXIT_FAILED),
+]
 
 
 def exit_code_for(exc: BaseException) -> int | None:

@@ -16,10 +16,21 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Boolean, ColumnElement, String, TypeDecorator, and_, bindparam, false, or_, select, union
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    String,
+    TypeDecorator,
+    and_,
+    bindparam,
+    false,
+    or_,
+    select,
+    union,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from ki_core.config import Settings
@@ -60,7 +71,7 @@ class _StringSet(TypeDecorator):
         return values if dialect.name == "postgresql" else json.dumps(values)
 
 
-class in_set(ColumnElement[bool]):  # noqa: N801 - reads like the operator it stands for
+class in_set(ColumnElement[bool]):
     """`column IN values` with all values in one bound parameter.
 
     An expanding IN of E (50 principals) repeated in every subquery, plus 500
@@ -72,7 +83,7 @@ class in_set(ColumnElement[bool]):  # noqa: N801 - reads like the operator it st
     inherit_cache = True
     type = Boolean()
     _is_implicitly_boolean = True
-    _traverse_internals = [
+    _traverse_internals = [  # noqa: RUF012 (SQLAlchemy's cache-key protocol)
         ("column", InternalTraversal.dp_clauseelement),
         ("values", InternalTraversal.dp_clauseelement),
     ]
@@ -241,14 +252,19 @@ def _matches(principals: PrincipalMatch) -> ColumnElement[bool]:
     return in_set(Grant.principal, principals)
 
 
+# The version's document, looked up inside the subquery so the predicate needs no outer join.
+# One Core alias for every statement: an ORM aliased() per call cost 4 ms of Python each time.
+_GRANT_DOCUMENT = Document.__table__.alias("grant_document")
+
+
 def _project_grant(effect: GrantEffect, principals: PrincipalMatch) -> ColumnElement[bool]:
-    document = aliased(Document)
+    document = _GRANT_DOCUMENT
     return (
         select(1)
         .select_from(Grant)
-        .join(document, document.project_id == Grant.project_id)
+        .join(document, document.c.project_id == Grant.project_id)
         .where(
-            document.id == DocumentVersion.document_id,
+            document.c.id == DocumentVersion.document_id,
             Grant.scope == GrantScope.PROJECT,
             Grant.effect == effect,
             _matches(principals),

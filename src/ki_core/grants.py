@@ -183,7 +183,14 @@ def list_grants(
         .outerjoin(Document, Document.id == Grant.document_id)
         .outerjoin(Project, Project.id == Grant.project_id)
         .outerjoin(document_project, document_project.id == Document.project_id)
-        .order_by(Grant.scope, Project.name, Document.key, Grant.principal, Grant.effect)
+        .order_by(
+            Grant.scope == GrantScope.SOURCE_OBJECT,
+            func.coalesce(Project.name, document_project.name),
+            Document.key.is_not(None),
+            Document.key,
+            Grant.principal,
+            Grant.effect,
+        )
     )
     if not include_mirrored:
         stmt = stmt.where(Grant.scope != GrantScope.SOURCE_OBJECT)

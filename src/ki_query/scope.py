@@ -40,7 +40,7 @@ from ki_core.acl import (
     visible_versions,
 )
 from ki_core.config import Settings, get_settings
-from ki_core.grants import current_access_generation
+from ki_core.grants import UnknownTarget, current_access_generation
 from ki_core.models import (
     Document,
     DocumentAccessSummary,
@@ -451,15 +451,17 @@ class PrincipalPath(_Explained):
 class GrantMatch(_Explained):
     scope: GrantScope
     target_id: str
+    # Project name, document key or the object's external id: what an operator recognizes.
+    target_name: str
     effect: GrantEffect
     principal: str
     via: tuple[str, ...]
     origin: str
 
     def describe(self) -> str:
-        path = " -> ".join(self.via)
-        group = f" via {path}" if len(self.via) > 1 else ""
-        return f"{self.effect.value} to {self.principal!r} on {self.scope.value} {self.target_id}{group}"
+        group = f" via {' -> '.join(self.via)}" if len(self.via) > 1 else ""
+        scope = self.scope.value.replace("_", " ")
+        return f"{self.effect.value} to {self.principal!r} on {scope} {self.target_name!r}{group}"
 
 
 class ObservationAccess(_Explained):
@@ -496,10 +498,6 @@ class AccessExplanation(_Explained):
     versions: tuple[VersionExplanation, ...]
 
 
-class UnknownDocument(LookupError):
-    """explain was asked about a document id that does not exist."""
-
-
 @dataclass
 class _VersionFacts:
     version_id: str
@@ -514,7 +512,7 @@ def explain_document(
     """Why `principal` does or does not see each version of the document."""
     document = session.get(Document, document_id)
     if document is None:
-        raise UnknownDocument(f"no document with id {document_id!r}")
+        raise UnknownTarget(f"no document with id {document_id!r}")
     project = session.get(Project, document.project_id)
     paths = expand_groups(session, canonical_principals([principal], settings))
     viewer = viewer_of(frozenset(paths), settings)
@@ -556,7 +554,10 @@ def _version_facts(session: Session, document: Document, paths: dict[str, tuple[
     )
     for vid, object_id, external_id, source_name, kind, state, acl_known in observed:
         facts[vid].observations.append((object_id, external_id, source_name, kind.value, state, bool(acl_known)))
-    grants = _matching_grants(session, document, facts, paths)
+    project = session.get(Project, document.project_id)
+    names = {document.project_id: project.name if project else document.project_id, document.id: document.key}
+    names |= {o[0]: o[1] for f in facts.values() for o in f.observations}
+    grants = _matching_grants(session, document, facts, paths, names)
     for f in facts.values():
         active = {o[0] for o in f.observations if o[4] == ObservationState.ACTIVE}
         f.grants = [g for g in grants if g.scope != GrantScope.SOURCE_OBJECT or g.target_id in active]
@@ -564,7 +565,11 @@ def _version_facts(session: Session, document: Document, paths: dict[str, tuple[
 
 
 def _matching_grants(
-    session: Session, document: Document, facts: dict[str, _VersionFacts], paths: dict[str, tuple[str, ...]]
+    session: Session,
+    document: Document,
+    facts: dict[str, _VersionFacts],
+    paths: dict[str, tuple[str, ...]],
+    names: dict[str, str],
 ) -> list[GrantMatch]:
     objects = sorted({o[0] for f in facts.values() for o in f.observations})
     stmt = select(Grant).where(
@@ -575,17 +580,19 @@ def _matching_grants(
             and_(Grant.scope == GrantScope.SOURCE_OBJECT, in_set(Grant.source_object_id, objects)),
         ),
     )
-    return [
-        GrantMatch(
+    matches = []
+    for g in sorted(session.scalars(stmt), key=lambda g: (g.effect != GrantEffect.DENY, g.scope, g.principal)):
+        target = g.project_id or g.document_id or g.source_object_id or ""
+        matches.append(GrantMatch(
             scope=g.scope,
-            target_id=g.project_id or g.document_id or g.source_object_id or "",
+            target_id=target,
+            target_name=names.get(target, target),
             effect=g.effect,
             principal=g.principal,
             via=paths[g.principal],
             origin=g.origin,
-        )
-        for g in sorted(session.scalars(stmt), key=lambda g: (g.effect != GrantEffect.DENY, g.scope, g.principal))
-    ]
+        ))
+    return matches
 
 
 def _explain_version(facts: _VersionFacts, viewer: Viewer, settings: Settings, visible: bool) -> VersionExplanation:

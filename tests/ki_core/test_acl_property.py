@@ -222,7 +222,8 @@ def build(session: Session, spec: Spec) -> World:
     session.add_all([*world.projects.values(), *world.sources.values()])
     session.flush()
     world.documents = {
-        f"d{d}": Document(project_id=world.projects[f"p{p}"].id, key=f"d{d}") for d, (p, _n) in enumerate(spec.documents)
+        f"d{d}": Document(project_id=world.projects[f"p{p}"].id, key=f"d{d}")
+        for d, (p, _n) in enumerate(spec.documents)
     }
     world.objects = {
         f"o{o}": SourceObject(source_id=world.sources[source].id, external_id=f"o{o}")

@@ -59,58 +59,102 @@ ON CONFLICT (document_id) DO UPDATE SET
 # statement-level with transition tables so a COPY of 100,000 rows refreshes once.
 PG_TRIGGERS = [
     ("document_insert", "documents", "INSERT", "SELECT id FROM new_rows"),
-    ("observation_insert", "source_observations", "INSERT",
-     "SELECT v.document_id FROM new_rows n JOIN document_versions v ON v.id = n.version_id"),
-    ("observation_delete", "source_observations", "DELETE",
-     "SELECT v.document_id FROM old_rows n JOIN document_versions v ON v.id = n.version_id"),
-    ("observation_update", "source_observations", "UPDATE",
-     "SELECT v.document_id FROM document_versions v WHERE v.id IN"
-     " (SELECT version_id FROM new_rows UNION SELECT version_id FROM old_rows)"),
-    ("object_update", "source_objects", "UPDATE",
-     "SELECT v.document_id FROM new_rows n JOIN old_rows p ON p.id = n.id"
-     " JOIN source_observations o ON o.source_object_id = n.id"
-     " JOIN document_versions v ON v.id = o.version_id"
-     " WHERE n.acl_known <> p.acl_known OR n.source_id <> p.source_id"),
-    ("source_update", "sources", "UPDATE",
-     "SELECT v.document_id FROM new_rows n JOIN old_rows p ON p.id = n.id"
-     " JOIN source_objects so ON so.source_id = n.id"
-     " JOIN source_observations o ON o.source_object_id = so.id"
-     " JOIN document_versions v ON v.id = o.version_id WHERE n.kind <> p.kind"),
+    (
+        "observation_insert", "source_observations", "INSERT",
+        "SELECT v.document_id FROM new_rows n JOIN document_versions v ON v.id = n.version_id",
+    ),
+    (
+        "observation_delete", "source_observations", "DELETE",
+        "SELECT v.document_id FROM old_rows n JOIN document_versions v ON v.id = n.version_id",
+    ),
+    (
+        # Only what changes visibility: a refreshed observed_at on every sync is not worth a refresh.
+        "observation_update", "source_observations", "UPDATE",
+        (
+            "SELECT v.document_id FROM new_rows n JOIN old_rows p ON p.id = n.id"
+            " JOIN document_versions v ON v.id IN (n.version_id, p.version_id)"
+            " WHERE n.state <> p.state OR n.version_id <> p.version_id"
+            " OR n.source_object_id <> p.source_object_id"
+        ),
+    ),
+    (
+        "object_update", "source_objects", "UPDATE",
+        (
+            "SELECT v.document_id FROM new_rows n JOIN old_rows p ON p.id = n.id"
+            " JOIN source_observations o ON o.source_object_id = n.id"
+            " JOIN document_versions v ON v.id = o.version_id"
+            " WHERE n.acl_known <> p.acl_known OR n.source_id <> p.source_id"
+        ),
+    ),
+    (
+        "source_update", "sources", "UPDATE",
+        (
+            "SELECT v.document_id FROM new_rows n JOIN old_rows p ON p.id = n.id"
+            " JOIN source_objects so ON so.source_id = n.id"
+            " JOIN source_observations o ON o.source_object_id = so.id"
+            " JOIN document_versions v ON v.id = o.version_id WHERE n.kind <> p.kind"
+        ),
+    ),
     ("version_delete", "document_versions", "DELETE", "SELECT document_id FROM old_rows"),
-    ("version_update", "document_versions", "UPDATE",
-     "SELECT n.document_id FROM new_rows n JOIN old_rows p ON p.id = n.id"
-     " WHERE n.document_id <> p.document_id"
-     " UNION SELECT p.document_id FROM new_rows n JOIN old_rows p ON p.id = n.id"
-     " WHERE n.document_id <> p.document_id"),
-    ("document_update", "documents", "UPDATE",
-     "SELECT n.id FROM new_rows n JOIN old_rows p ON p.id = n.id WHERE n.project_id <> p.project_id"),
+    (
+        "version_update", "document_versions", "UPDATE",
+        (
+            "SELECT d.id FROM new_rows n JOIN old_rows p ON p.id = n.id"
+            " JOIN documents d ON d.id IN (n.document_id, p.document_id)"
+            " WHERE n.document_id <> p.document_id"
+        ),
+    ),
+    (
+        "document_update", "documents", "UPDATE",
+        "SELECT n.id FROM new_rows n JOIN old_rows p ON p.id = n.id WHERE n.project_id <> p.project_id",
+    ),
 ]
 
 # SQLite has row-level triggers only: (name, event clause, documents).
 SQLITE_TRIGGERS = [
     ("document_insert", "AFTER INSERT ON documents", "SELECT NEW.id"),
-    ("observation_insert", "AFTER INSERT ON source_observations",
-     "SELECT document_id FROM document_versions WHERE id = NEW.version_id"),
-    ("observation_delete", "AFTER DELETE ON source_observations",
-     "SELECT document_id FROM document_versions WHERE id = OLD.version_id"),
-    ("observation_update", "AFTER UPDATE ON source_observations",
-     "SELECT document_id FROM document_versions WHERE id IN (OLD.version_id, NEW.version_id)"),
-    ("object_update",
-     "AFTER UPDATE OF acl_known, source_id ON source_objects"
-     " WHEN OLD.acl_known IS NOT NEW.acl_known OR OLD.source_id IS NOT NEW.source_id",
-     "SELECT v.document_id FROM source_observations o"
-     " JOIN document_versions v ON v.id = o.version_id WHERE o.source_object_id = NEW.id"),
-    ("source_update", "AFTER UPDATE OF kind ON sources WHEN OLD.kind IS NOT NEW.kind",
-     "SELECT v.document_id FROM source_objects so"
-     " JOIN source_observations o ON o.source_object_id = so.id"
-     " JOIN document_versions v ON v.id = o.version_id WHERE so.source_id = NEW.id"),
+    (
+        "observation_insert", "AFTER INSERT ON source_observations",
+        "SELECT document_id FROM document_versions WHERE id = NEW.version_id",
+    ),
+    (
+        "observation_delete", "AFTER DELETE ON source_observations",
+        "SELECT document_id FROM document_versions WHERE id = OLD.version_id",
+    ),
+    (
+        "observation_update", "AFTER UPDATE OF state, version_id, source_object_id ON source_observations",
+        "SELECT document_id FROM document_versions WHERE id IN (OLD.version_id, NEW.version_id)",
+    ),
+    (
+        "object_update",
+        (
+            "AFTER UPDATE OF acl_known, source_id ON source_objects"
+            " WHEN OLD.acl_known IS NOT NEW.acl_known OR OLD.source_id IS NOT NEW.source_id"
+        ),
+        (
+            "SELECT v.document_id FROM source_observations o"
+            " JOIN document_versions v ON v.id = o.version_id WHERE o.source_object_id = NEW.id"
+        ),
+    ),
+    (
+        "source_update", "AFTER UPDATE OF kind ON sources WHEN OLD.kind IS NOT NEW.kind",
+        (
+            "SELECT v.document_id FROM source_objects so"
+            " JOIN source_observations o ON o.source_object_id = so.id"
+            " JOIN document_versions v ON v.id = o.version_id WHERE so.source_id = NEW.id"
+        ),
+    ),
     ("version_delete", "AFTER DELETE ON document_versions", "SELECT OLD.document_id"),
-    ("version_update",
-     "AFTER UPDATE OF document_id ON document_versions WHEN OLD.document_id IS NOT NEW.document_id",
-     "SELECT OLD.document_id UNION SELECT NEW.document_id"),
-    ("document_update",
-     "AFTER UPDATE OF project_id ON documents WHEN OLD.project_id IS NOT NEW.project_id",
-     "SELECT NEW.id"),
+    (
+        "version_update",
+        "AFTER UPDATE OF document_id ON document_versions WHEN OLD.document_id IS NOT NEW.document_id",
+        "SELECT OLD.document_id UNION SELECT NEW.document_id",
+    ),
+    (
+        "document_update",
+        "AFTER UPDATE OF project_id ON documents WHEN OLD.project_id IS NOT NEW.project_id",
+        "SELECT NEW.id",
+    ),
 ]
 
 

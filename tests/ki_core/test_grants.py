@@ -1,0 +1,188 @@
+"""The write side of access: grants, mirrored ACLs, memberships and the generation counter."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from ki_core import grants
+from ki_core.config import Settings
+from ki_core.grants import AclEntry, GrantTarget, InvalidPrincipal, UnknownTarget
+from ki_core.models import (
+    AccessGeneration,
+    Grant,
+    GrantEffect,
+    GrantScope,
+    GroupMembership,
+)
+from tests.ki_core.access_world import World
+
+ALIASES = Settings(security={"principal_aliases": {" A.Smith ": " Alice "}})
+
+
+@pytest.fixture
+def world(db_session: Session) -> World:
+    world = World(db_session, ALIASES)
+    world.version("v", "contract.pdf", "mandant-a")
+    world.object("contract.pdf", "fs")
+    world.observe("v", "contract.pdf")
+    return world
+
+
+def stored(session: Session, scope: GrantScope | None = None) -> list[tuple[str, str, str]]:
+    stmt = select(Grant.scope, Grant.effect, Grant.principal).order_by(Grant.principal, Grant.effect)
+    if scope is not None:
+        stmt = stmt.where(Grant.scope == scope)
+    return [(s.value, e.value, p) for s, e, p in session.execute(stmt)]
+
+
+def generation(session: Session) -> int:
+    return grants.current_access_generation(session)
+
+
+def test_a_grant_is_stored_normalized_and_alias_mapped(world: World) -> None:
+    project = GrantTarget.project(world.projects["mandant-a"].id)
+    grants.grant(world.session, project, "  A.SMITH", settings=ALIASES)
+    assert stored(world.session) == [("project", "allow", "alice")]
+
+
+def test_granting_twice_keeps_one_row_and_bumps_once(world: World) -> None:
+    project = GrantTarget.project(world.projects["mandant-a"].id)
+    before = generation(world.session)
+    first = grants.grant(world.session, project, "bob", settings=ALIASES)
+    second = grants.grant(world.session, project, " BOB ", settings=ALIASES)
+    assert first.id == second.id
+    assert generation(world.session) == before + 1
+
+
+def test_allow_and_deny_for_the_same_principal_are_two_grants(world: World) -> None:
+    document = GrantTarget.document(world.documents["contract.pdf"].id)
+    grants.grant(world.session, document, "bob", settings=ALIASES)
+    grants.grant(world.session, document, "bob", effect=GrantEffect.DENY, settings=ALIASES)
+    assert stored(world.session) == [("document", "allow", "bob"), ("document", "deny", "bob")]
+
+
+def test_revoke_removes_only_the_named_effect_and_bumps_only_on_change(world: World) -> None:
+    document = GrantTarget.document(world.documents["contract.pdf"].id)
+    grants.grant(world.session, document, "bob", settings=ALIASES)
+    grants.grant(world.session, document, "bob", effect=GrantEffect.DENY, settings=ALIASES)
+    before = generation(world.session)
+    assert grants.revoke(world.session, document, "Bob", effect=GrantEffect.DENY, settings=ALIASES) == 1
+    assert generation(world.session) == before + 1
+    assert grants.revoke(world.session, document, "bob", effect=GrantEffect.DENY, settings=ALIASES) == 0
+    assert generation(world.session) == before + 1
+    assert stored(world.session) == [("document", "allow", "bob")]
+
+
+def test_unknown_targets_and_blank_principals_are_refused(world: World) -> None:
+    with pytest.raises(UnknownTarget, match="no project"):
+        grants.grant(world.session, GrantTarget.project("nope"), "bob", settings=ALIASES)
+    with pytest.raises(UnknownTarget, match="no document"):
+        grants.revoke(world.session, GrantTarget.document("nope"), "bob", settings=ALIASES)
+    with pytest.raises(InvalidPrincipal):
+        grants.grant(world.session, GrantTarget.project(world.projects["mandant-a"].id), " \t", settings=ALIASES)
+    with pytest.raises(ValueError, match="replace_object_acl"):
+        grants.grant(world.session, GrantTarget(scope=GrantScope.SOURCE_OBJECT, id="x"), "bob", settings=ALIASES)
+    assert stored(world.session) == []
+
+
+def test_a_grant_marks_the_index_projection_of_affected_versions_stale(world: World) -> None:
+    version = world.versions["v"]
+    before = version.access_version
+    grants.grant(world.session, GrantTarget.project(world.projects["mandant-a"].id), "bob", settings=ALIASES)
+    world.session.refresh(version)
+    assert version.access_version == before + 1
+
+
+def test_list_grants_by_project_and_principal(world: World) -> None:
+    world.version("w", "other.pdf", "mandant-b")
+    world.allow("alice", project="mandant-a")
+    world.deny("bob", document="contract.pdf")
+    world.allow("bob", project="mandant-b")
+    world.object("dms-1", "dms", [("bob", "allow")])
+
+    in_a = grants.list_grants(world.session, project_id=world.projects["mandant-a"].id, settings=ALIASES)
+    assert [(g.principal, g.scope.value, g.project_name, g.document_key) for g in in_a] == [
+        ("alice", "project", "mandant-a", None),
+        ("bob", "document", "mandant-a", "contract.pdf"),
+    ]
+    of_bob = grants.list_grants(world.session, principal=" BOB", settings=ALIASES)
+    assert {(g.scope.value, g.effect.value) for g in of_bob} == {("document", "deny"), ("project", "allow")}
+    mirrored = grants.list_grants(world.session, principal="bob", include_mirrored=True, settings=ALIASES)
+    assert {g.scope.value for g in mirrored} == {"document", "project", "source_object"}
+
+
+def test_replacing_an_acl_makes_it_known_and_exact(world: World) -> None:
+    obj = world.object("dms-1", "dms")
+    assert not obj.acl_known
+    grants.replace_object_acl(world.session, obj.id, [AclEntry(principal="Team A"), AclEntry(principal="bob")],
+                              settings=ALIASES)
+    grants.replace_object_acl(
+        world.session, obj.id,
+        [AclEntry(principal="team a"), AclEntry(principal="A.Smith", effect=GrantEffect.DENY)],
+        settings=ALIASES,
+    )
+    assert obj.acl_known
+    assert stored(world.session, GrantScope.SOURCE_OBJECT) == [("source_object", "deny", "alice"),
+                                                               ("source_object", "allow", "team a")]
+    assert {g.origin for g in world.session.scalars(select(Grant))} == {"dms"}
+
+
+def test_an_empty_acl_is_known_and_none_is_unknown(world: World) -> None:
+    obj = world.object("dms-1", "dms", [("bob", "allow")])
+    grants.replace_object_acl(world.session, obj.id, [], settings=ALIASES)
+    assert obj.acl_known and stored(world.session) == []
+    grants.replace_object_acl(world.session, obj.id, [AclEntry(principal="bob")], settings=ALIASES)
+    grants.replace_object_acl(world.session, obj.id, None, settings=ALIASES)
+    assert not obj.acl_known and stored(world.session) == []
+
+
+def test_replacing_an_acl_bumps_the_generation_and_the_observing_versions(world: World) -> None:
+    version = world.versions["v"]
+    before, access_before = generation(world.session), version.access_version
+    world.acl("contract.pdf", [("bob", "allow")])
+    world.session.refresh(version)
+    assert generation(world.session) == before + 1
+    assert version.access_version == access_before + 1
+    with pytest.raises(UnknownTarget):
+        grants.replace_object_acl(world.session, "nope", [], settings=ALIASES)
+
+
+def test_group_members_are_replaced_normalized_without_empties(world: World) -> None:
+    source = world.source("dms")
+    grants.replace_group_members(world.session, source.id, " Litigation ", ["A.Smith", "bob", " "],
+                                 settings=ALIASES)
+    before = generation(world.session)
+    grants.replace_group_members(world.session, source.id, "LITIGATION", ["alice", "carol"], settings=ALIASES)
+    rows = world.session.execute(
+        select(GroupMembership.group_principal, GroupMembership.member_principal).order_by(
+            GroupMembership.member_principal
+        )
+    ).all()
+    assert [tuple(r) for r in rows] == [("litigation", "alice"), ("litigation", "carol")]
+    assert generation(world.session) == before + 1
+    with pytest.raises(UnknownTarget):
+        grants.replace_group_members(world.session, "nope", "g", ["a"], settings=ALIASES)
+
+
+def test_the_generation_counter_survives_a_missing_row(db_session: Session) -> None:
+    db_session.execute(delete(AccessGeneration))
+    assert grants.current_access_generation(db_session) == 0
+    assert grants.bump_access_generation(db_session) == 1
+    assert grants.bump_access_generation(db_session) == 2
+    assert grants.current_access_generation(db_session) == 2
+
+
+def test_documents_resolve_by_id_by_key_and_by_project_slash_key(world: World) -> None:
+    document = world.documents["contract.pdf"]
+    world.version("deep", "2024/leases/x.pdf", "mandant-a")
+    project = grants.resolve_project(world.session, "mandant-a")
+    assert grants.resolve_document(world.session, document.id).id == document.id
+    assert grants.resolve_document(world.session, "contract.pdf", project).id == document.id
+    assert grants.resolve_document(world.session, "mandant-a/2024/leases/x.pdf").key == "2024/leases/x.pdf"
+    assert grants.resolve_project(world.session, project.id).name == "mandant-a"
+    with pytest.raises(UnknownTarget):
+        grants.resolve_document(world.session, "mandant-b/contract.pdf")
+    with pytest.raises(UnknownTarget):
+        grants.resolve_document(world.session, "x.pdf", project)
