@@ -1,42 +1,52 @@
-"""`ki demo`: the guided tour of the product on the embedded default.
-
-Today it initialises the embedded store and lists the tour; the retrieval
-issue turns each step into a real, self-checking search.
-"""
+"""`ki demo`: ingest the example corpus into a store of its own and run the self-checking tour."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ki.errors import cli_errors
-from ki_core.config import load_settings, mask_url_password
-from ki_core.migrate import upgrade_to_head
 
-TOUR = [
-    ("ingest", "examples/ into the embedded store (SQLite + tantivy/faiss), with progress bars"),
-    ("ethical wall", "the same query as two lawyers; the walled one sees no walled document"),
-    ("case number", "a pasted Aktenzeichen finds its decision first"),
-    ("filter only", "documents of one matter by date, no query text"),
-    ("traversal", "from the contract to its annex and the reply letter"),
-    ("explain", "legs, fused score, boost and the grant path behind one hit"),
-]
+REPO_EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 @cli_errors
-def demo() -> None:
-    """Set up the embedded store and run the tour of the product."""
-    settings = load_settings()
-    upgrade_to_head(settings.database_url)
+def demo(
+    examples: Path = typer.Option(REPO_EXAMPLES, help="Folder with demo.json and the project folders."),
+    state_dir: Path = typer.Option(Path(".ki-demo"), help="Where the demo keeps its own store and index."),
+) -> None:
+    """Ingest examples/ (two clients behind an ethical wall) and run a tour that checks its own claims.
+
+    Exits non-zero if any claim fails: the walled lawyer sees a walled document,
+    a pasted case number does not rank first, the executed contract loses the collapse, ...
+    """
+    from ki.commands.store import prepare_store
+    from ki.demo import run_tour
+    from ki_core.config import get_settings
+    from ki_workers.context import reset_worker_context, worker_context
+
+    if not (examples / "demo.json").is_file():
+        raise typer.BadParameter(f"{examples} has no demo.json", param_hint="--examples")
+    os.environ["KI_STATE_DIR"] = str(state_dir)
+    os.environ.pop("KI_DATABASE__URL", None)
+    get_settings.cache_clear()
+    reset_worker_context()
+    settings = get_settings()
     console = Console()
-    console.print(f"[bold]store ready:[/] {mask_url_password(settings.database_url)}")
-    table = Table(title="The tour (steps arrive with the ingestion and retrieval issues)")
-    table.add_column("step")
-    table.add_column("what it will show")
-    for step, what in TOUR:
-        table.add_row(step, what)
-    console.print(table)
+    console.print(f"[bold]LegalMemory knowledge index demo[/] — store {state_dir}/, embedder {settings.embedding.label()}")
+    started = time.perf_counter()
+    prepare_store(settings)
+    failures = run_tour(worker_context(), examples, console)
+    reset_worker_context()
+    elapsed = time.perf_counter() - started
+    if failures:
+        console.print(f"[bold red]{len(failures)} claim(s) failed[/] in {elapsed:.0f} s")
+        raise typer.Exit(1)
+    console.print(f"[bold green]all claims held[/] in {elapsed:.0f} s")
 
 
 def register(app: typer.Typer) -> None:
