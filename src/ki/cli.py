@@ -9,6 +9,7 @@ from ki.commands import config as config_commands
 from ki.commands import demo as demo_commands
 from ki.commands import identifiers as identifiers_commands
 from ki.commands import ingest as ingest_commands
+from ki.commands import query as query_commands
 from ki.commands import store as store_commands
 
 app = typer.Typer(
@@ -19,7 +20,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-for _module in (config_commands, store_commands, demo_commands, ingest_commands, identifiers_commands,
+for _module in (config_commands, store_commands, demo_commands, ingest_commands, query_commands, identifiers_commands,
                 access_commands):
     _module.register(app)
 
