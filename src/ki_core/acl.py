@@ -136,7 +136,12 @@ def canonical_principal(raw: str, aliases: Mapping[str, str]) -> str:
 
 
 def canonical_principals(raw: Iterable[str], settings: Settings) -> frozenset[str]:
-    """The caller's set before group expansion: normalized, alias-mapped, empties dropped."""
+    """The caller's set before group expansion: normalized, alias-mapped, empties dropped.
+
+    A lone string is one principal, never a sequence of one-letter principals.
+    """
+    if isinstance(raw, str):
+        raw = [raw]
     aliases = principal_aliases(settings)
     return frozenset(p for p in (canonical_principal(r, aliases) for r in raw) if p)
 

@@ -14,8 +14,8 @@ from ki_core.config import Settings
 from ki_core.db import make_engine, session_factory
 from ki_core.grants import UnknownTarget, bump_access_generation
 from ki_core.search.types import ScopeFilter
+from ki_query.access_explain import AccessExplanation
 from ki_query.scope import (
-    AccessExplanation,
     AccessService,
     CompiledAccessScope,
     ScopeCache,

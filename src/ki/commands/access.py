@@ -15,7 +15,8 @@ from ki_core import grants
 from ki_core.config import Settings, load_settings
 from ki_core.db import engine_from_settings, session_factory, transaction
 from ki_core.models import GrantEffect
-from ki_query.scope import AccessExplanation, AccessService, VersionExplanation
+from ki_query.access_explain import AccessExplanation, VersionExplanation
+from ki_query.scope import AccessService
 
 access_app = typer.Typer(
     help="Who may see what: project and document grants, and why a document is visible or not.",
