@@ -25,6 +25,7 @@ TASK_ROUTES = {
     "ki.reindex_access": {"queue": QUEUE_ACCESS},
     "ki.delete": {"queue": QUEUE_ACCESS},
     "ki.sweep": {"queue": QUEUE_MAINTENANCE},
+    "ki.reconcile": {"queue": QUEUE_MAINTENANCE},
 }
 
 # Declared retry policy for transient errors (broker, database, index, gateway).
@@ -61,6 +62,15 @@ def celery_config(settings: Settings) -> dict:
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
         "enable_utc": True,
+        "beat_schedule": beat_schedule(settings),
+    }
+
+
+def beat_schedule(settings: Settings) -> dict:
+    """What `celery beat` sends: the sweep (re-dispatch, re-drive) and the index reconcile."""
+    return {
+        "sweep": {"task": "ki.sweep", "schedule": float(settings.sweep.interval_seconds)},
+        "reconcile": {"task": "ki.reconcile", "schedule": float(settings.sweep.reconcile_interval_seconds)},
     }
 
 

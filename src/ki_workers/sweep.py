@@ -1,30 +1,53 @@
-"""Beat jobs: re-drive work that was accepted but did not finish.
+"""Beat jobs: re-drive work that was accepted but did not finish, and reconcile the index with SQL.
 
-Access projections older than their version's access_version are re-sent;
-versions stuck before `indexed` are re-dispatched to their next stage.
+`run_sweep` (every `sweep.interval_seconds`): events accepted but not
+finished after `sweep.event_redispatch_after_seconds` are dispatched again (a
+lost broker message or a killed worker loses nothing); access projections
+older than their version's access_version are re-sent; versions stuck before
+`indexed` go to their next stage.
+
+`reconcile_index` (every `sweep.reconcile_interval_seconds`): the index is a
+projection of SQL; missing, stale and orphaned chunk rows are repaired from
+the stored chunk rows and vectors, without an embedding call.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import exists, select, update
+from sqlalchemy.orm import Session
 
-from ki_core.models import DocumentVersion, ProcessingState
+from ki_core.models import (
+    Chunk,
+    Document,
+    DocumentVersion,
+    IngestEvent,
+    ObservationState,
+    ProcessingState,
+    Project,
+    SourceObservation,
+)
 from ki_core.models.base import utcnow
+from ki_core.search.types import ScopeFilter, SearchFilters
 from ki_workers.context import WorkerContext
+from ki_workers.event_inbox import dispatch_events, open_events_older_than
 from ki_workers.stages.access import stale_access_versions
-
-# A version older than this in converted/extracted state lost its task (killed worker, lost message).
-STUCK_AFTER = timedelta(minutes=15)
+from ki_workers.stages.embed_index import index_versions
 
 
 def run_sweep(ctx: WorkerContext) -> dict:
+    return {**redrive_versions(ctx), "events_redispatched": redispatch_events(ctx)}
+
+
+def redrive_versions(ctx: WorkerContext) -> dict:
     from ki_workers import tasks
 
     with ctx.sessions() as session:
         stale = stale_access_versions(session)
-        cutoff = utcnow() - STUCK_AFTER
+        cutoff = utcnow() - timedelta(seconds=ctx.settings.sweep.stuck_version_after_seconds)
         stuck = session.execute(
             select(DocumentVersion.id, DocumentVersion.processing_state).where(
                 DocumentVersion.processing_state.in_([ProcessingState.CONVERTED, ProcessingState.EXTRACTED]),
@@ -36,3 +59,186 @@ def run_sweep(ctx: WorkerContext) -> dict:
     for version_id, state in stuck:
         (tasks.extract_metadata if state == ProcessingState.CONVERTED else tasks.chunk_embed).delay(version_id)
     return {"access_redriven": len(stale), "stages_redriven": len(stuck)}
+
+
+def redispatch_events(ctx: WorkerContext, older_than: timedelta | None = None) -> int:
+    """Dispatch open events untouched for `older_than` again; returns how many.
+
+    Their `updated_at` is touched first, so the next sweep waits a full delay
+    again; a copy that meets the event still running on a live worker finds
+    its lease taken and does nothing.
+    """
+    age = older_than if older_than is not None else timedelta(seconds=ctx.settings.sweep.event_redispatch_after_seconds)
+    with ctx.sessions() as session, session.begin():
+        row_ids = open_events_older_than(session, age)
+        if row_ids:
+            session.execute(update(IngestEvent).where(IngestEvent.id.in_(row_ids)).values(updated_at=utcnow()))
+    return dispatch_events(ctx.settings, ctx.sessions, row_ids) if row_ids else 0
+
+
+# ----------------------------------------------------------------- reconcile
+
+
+@dataclass
+class ReconcileReport:
+    projects_checked: int = 0
+    projects_mismatched: int = 0
+    orphan_documents_removed: int = 0
+    documents_repaired: int = 0
+    versions_refreshed: int = 0
+    chunks_expected: int = 0
+    chunks_in_index_before: int = 0
+    chunks_in_index_after: int = 0
+    # Chunks of projects SQL does not know: only a rebuild (`ki reindex`) removes them.
+    unaccounted_chunks: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Expected:
+    # project -> document -> version -> chunk ids that SQL says the index holds
+    chunks: dict[str, dict[str, dict[str, list[int]]]]
+    access_versions: dict[str, int]
+    documents_of_project: dict[str, list[str]]
+
+    def chunk_count(self, project_id: str, document_id: str | None = None) -> int:
+        documents = self.chunks.get(project_id, {})
+        if document_id is not None:
+            documents = {document_id: documents.get(document_id, {})}
+        return sum(len(ids) for versions in documents.values() for ids in versions.values())
+
+
+# OpenSearch pages at most 10,000 hits deep (index.max_result_window).
+MAX_ORPHAN_PAGE_DEPTH = 10_000
+
+
+def reconcile_index(ctx: WorkerContext) -> ReconcileReport:
+    """Counts per project find where the index and SQL differ; there, orphaned documents
+    (in the index, not in SQL) are removed and documents whose counts differ are rewritten;
+    everywhere, one stored chunk per version shows whether its access fields are stale.
+
+    Repairs come from stored rows through the pipeline's one bulk path, never the embedder.
+    """
+    index = ctx.index()
+    index.refresh()
+    with ctx.sessions() as session:
+        expected = _expected_index(session)
+    report = ReconcileReport(chunks_in_index_before=index.count())
+    mismatched = []
+    for project_id in expected.documents_of_project:
+        report.projects_checked += 1
+        want = expected.chunk_count(project_id)
+        report.chunks_expected += want
+        # Both counts: a missing chunk and an orphan in one project would cancel out in the first.
+        in_project = index.count(ScopeFilter(project_ids=frozenset([project_id])))
+        known = frozenset(expected.documents_of_project[project_id])
+        of_known_documents = index.count(ScopeFilter(document_ids=known)) if known else 0
+        if in_project != want or of_known_documents != want:
+            mismatched.append(project_id)
+    report.projects_mismatched = len(mismatched)
+    report.orphan_documents_removed = _remove_orphan_documents(index, expected, mismatched)
+    repair = {
+        document_id
+        for project_id in mismatched
+        for document_id in expected.documents_of_project[project_id]
+        if index.count(ScopeFilter(document_ids=frozenset([document_id]))) != expected.chunk_count(project_id, document_id)
+    }
+    stale_versions = _stale_versions(index, expected, repair)
+    report.documents_repaired = _repair_documents(ctx, sorted(repair), expected)
+    report.versions_refreshed = _reindex_versions(ctx, stale_versions)
+    index.refresh()
+    report.chunks_in_index_after = index.count()
+    report.unaccounted_chunks = max(0, report.chunks_in_index_after - report.chunks_expected)
+    return report
+
+
+def _remove_orphan_documents(index, expected: _Expected, project_ids: list[str]) -> int:
+    """Documents the index holds under a project whose SQL rows do not include them."""
+    orphans: set[str] = set()
+    for project_id in project_ids:
+        scope = ScopeFilter(
+            project_ids=frozenset([project_id]),
+            excluded_document_ids=frozenset(expected.documents_of_project[project_id]),
+        )
+        offset = 0
+        while offset < MAX_ORPHAN_PAGE_DEPTH and index.count(scope):
+            hits = index.search_filter(scope, SearchFilters(), size=500, offset=offset)
+            orphans.update(hit.document_id for hit in hits)
+            if len(hits) < 500:
+                break
+            offset += len(hits)
+    for document_id in sorted(orphans):
+        index.delete_document(document_id)
+    if orphans:
+        index.refresh()
+    return len(orphans)
+
+
+def _expected_index(session: Session) -> _Expected:
+    observed = exists().where(
+        SourceObservation.version_id == DocumentVersion.id, SourceObservation.state == ObservationState.ACTIVE
+    )
+    rows = session.execute(
+        select(Document.project_id, Chunk.document_id, Chunk.version_id, Chunk.id, DocumentVersion.access_version)
+        .join(DocumentVersion, DocumentVersion.id == Chunk.version_id)
+        .join(Document, Document.id == Chunk.document_id)
+        .where(DocumentVersion.processing_state == ProcessingState.INDEXED, observed)
+        .order_by(Chunk.version_id, Chunk.ordinal)
+    )
+    chunks: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    access_versions: dict[str, int] = {}
+    for project_id, document_id, version_id, chunk_id, access_version in rows:
+        chunks[project_id][document_id][version_id].append(chunk_id)
+        access_versions[version_id] = access_version
+    documents: dict[str, list[str]] = defaultdict(list)
+    for project_id, document_id in session.execute(
+        select(Project.id, Document.id).outerjoin(Document, Document.project_id == Project.id).order_by(Project.id, Document.id)
+    ):
+        documents[project_id].extend([document_id] if document_id else [])
+    return _Expected(chunks, access_versions, dict(documents))
+
+
+def _stale_versions(index, expected: _Expected, skip_documents: set[str]) -> list[str]:
+    """Versions whose first chunk is missing or carries another version's id or an old access_version."""
+    stale = []
+    for documents in expected.chunks.values():
+        for document_id, versions in documents.items():
+            if document_id in skip_documents:
+                continue
+            for version_id, chunk_ids in versions.items():
+                fields = index.stored_fields(chunk_ids[0])
+                if (
+                    fields is None
+                    or fields.get("document_version_id") != version_id
+                    or fields.get("access_version") != expected.access_versions[version_id]
+                ):
+                    stale.append(version_id)
+    return stale
+
+
+def _repair_documents(ctx: WorkerContext, document_ids: list[str], expected: _Expected) -> int:
+    """Drop every row of the document, then write what SQL holds for it back."""
+    index = ctx.index()
+    for document_id in document_ids:
+        index.delete_document(document_id)
+    wanted = set(document_ids)
+    version_ids = [
+        version_id
+        for documents in expected.chunks.values()
+        for document_id, versions in documents.items()
+        if document_id in wanted
+        for version_id in versions
+    ]
+    _reindex_versions(ctx, version_ids)
+    if not version_ids:
+        index.refresh()
+    return len(document_ids)
+
+
+def _reindex_versions(ctx: WorkerContext, version_ids: list[str]) -> int:
+    """From stored chunk rows and vectors, through the pipeline's one bulk path (no embedding)."""
+    if version_ids:
+        index_versions(ctx, version_ids)
+    return len(version_ids)

@@ -12,13 +12,16 @@ import logging
 import httpx
 import redis.exceptions
 from celery import shared_task
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from ki_core.embedding import GatewayUnavailable
 from ki_core.search.embedded import IndexLockedError
 from ki_core.search.types import SearchBackendError
 from ki_workers.app import RETRY_POLICY
 from ki_workers.context import worker_context
+from ki_workers.event_inbox import EventTask
+from ki_workers.sources.dms import ContentUnavailable, ObjectNotYetKnown
+from ki_workers.telemetry import record_task as _connects_task_latency_signals  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +92,36 @@ def sweep() -> dict:
     from ki_workers.sweep import run_sweep
 
     return run_sweep(worker_context())
+
+
+# A relation may name an object that arrives a moment later, and two events for one new
+# object may race to create it (IntegrityError): both resolve on a retry.
+EVENT_TRANSIENT_ERRORS = (IntegrityError, ContentUnavailable, ObjectNotYetKnown)
+EVENT_TASK_OPTIONS = {**TASK_OPTIONS, "autoretry_for": (*TRANSIENT_ERRORS, *EVENT_TRANSIENT_ERRORS)}
+
+
+@shared_task(name="ki.process_event", base=EventTask, **EVENT_TASK_OPTIONS)
+def process_event(event_row_id: str) -> str:
+    """Apply one accepted source event (ki_workers.event_inbox), then hand its ids to the next stages."""
+    from ki_workers.event_inbox import run_event
+
+    return run_event(worker_context(), event_row_id, hand_on=_hand_on)
+
+
+def _hand_on(followups) -> None:
+    from ki_workers.sources.dms import batched
+
+    for version_id in followups.extract:
+        extract_metadata.delay(version_id)
+    for version_id in followups.embed:
+        chunk_embed.delay(version_id)
+    for version_ids in batched(followups.access):
+        reindex_access.delay(version_ids)
+
+
+@shared_task(name="ki.reconcile", **TASK_OPTIONS)
+def reconcile() -> dict:
+    """Compare the index with SQL and repair it from stored chunks and vectors (no embedding)."""
+    from ki_workers.sweep import reconcile_index
+
+    return reconcile_index(worker_context()).as_dict()

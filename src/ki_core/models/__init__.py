@@ -20,7 +20,7 @@ from ki_core.models.documents import (
     Project,
     VersionStatus,
 )
-from ki_core.models.events import EventStatus, IngestEvent, MetadataArtifact
+from ki_core.models.events import EventStatus, IngestEvent, MetadataArtifact, SourceWatermark
 from ki_core.models.graph import DecisionEvidence, DecisionRecord, Relation, RelationKind
 from ki_core.models.ontology import OntologyClosure, OntologyKind, OntologyNode
 from ki_core.models.sources import ObservationState, Source, SourceKind, SourceObject, SourceObservation
@@ -57,6 +57,7 @@ __all__ = [
     "SourceKind",
     "SourceObject",
     "SourceObservation",
+    "SourceWatermark",
     "VersionStatus",
     "new_id",
 ]

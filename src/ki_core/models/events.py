@@ -61,3 +61,23 @@ class MetadataArtifact(Base):
     producer: Mapped[str] = mapped_column(String(200))
     payload: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = created_at_column()
+
+
+class SourceWatermark(Base):
+    """The newest event applied per (source, subject), e.g. `acl:<object id>` or `group:<name>`.
+
+    Events can arrive or be retried out of order; an event older than the one
+    already applied to its subject is skipped, so a late grant cannot undo a revocation.
+    """
+
+    __tablename__ = "source_watermarks"
+    __table_args__ = (UniqueConstraint("source_id", "subject"),)
+
+    id: Mapped[str] = id_column()
+    source_id: Mapped[str] = mapped_column(ForeignKey("sources.id", ondelete="CASCADE"))
+    subject: Mapped[str] = mapped_column(String(1100))
+    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    event_id: Mapped[str] = mapped_column(String(300))
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )

@@ -117,8 +117,14 @@ def ingest_bytes(
     data: bytes,
     entry: ManifestEntry,
     matter_name: str | None = None,
+    filename: str | None = None,
+    media_type: str | None = None,
 ) -> IngestResult:
-    """Create or reuse the version for `data` as seen at `external_id`; record the observation."""
+    """Create or reuse the version for `data` as seen at `external_id`; record the observation.
+
+    `filename` and `media_type` tell the converter the format when `external_id`
+    has no suffix (a DMS object id); by default the external id is the file name.
+    """
     from ki_workers.stages.convert import ConversionError, convert
 
     obj = get_or_create_object(session, source, external_id)
@@ -140,7 +146,7 @@ def ingest_bytes(
         return IngestResult(existing.id, document.id, outcome, existing.last_error, retired)
     version = _new_version(session, document, digest, entry)
     try:
-        converted = convert(data, filename=external_id)
+        converted = convert(data, filename=filename or external_id, media_type=media_type)
     except ConversionError as exc:
         version.processing_state = ProcessingState.FAILED
         version.last_error = f"conversion failed: {exc}"

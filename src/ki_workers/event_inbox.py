@@ -1,0 +1,350 @@
+"""The durable inbox of source events: accept, dispatch, run, finish, list, re-drive.
+
+An event is a row (`ingest_events`) before anyone is told it was accepted,
+and it is handed to the broker only after that commit; the sweep dispatches
+rows whose message was lost. Status: received -> queued -> processing ->
+done | failed (transient errors outlived the retries) | parked (permanent
+error, with the reason). The webhook, `ki events replay` and the sweep all
+go through the functions here; the task `ki.process_event` calls `run_event`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery, Task
+from sqlalchemy import Engine, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ki_core.config import Settings
+from ki_core.grants import UnknownTarget
+from ki_core.models import EventStatus, IngestEvent, Source, SourceKind
+from ki_core.models.base import utcnow
+from ki_workers.sources.dms_events import DmsEvent, EventSchemaError, parse_event
+
+if TYPE_CHECKING:
+    from ki_workers.context import WorkerContext
+    from ki_workers.sources.dms import Followups
+
+log = logging.getLogger(__name__)
+
+OPEN_STATUSES = (EventStatus.RECEIVED, EventStatus.QUEUED, EventStatus.PROCESSING)
+FINISHED_STATUSES = (EventStatus.DONE, EventStatus.PARKED, EventStatus.FAILED)
+PROCESS_EVENT_TASK = "ki.process_event"
+
+
+class UnknownSource(UnknownTarget):
+    """The source is not configured in `dms.sources` (the CLI maps UnknownTarget to its exit code)."""
+
+
+class UnknownEvent(UnknownTarget):
+    """No event row with that id."""
+
+
+class AcceptOutcome(enum.StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True)
+class Accepted:
+    outcome: AcceptOutcome
+    row_id: str
+    status: EventStatus
+
+
+# ------------------------------------------------------------------ accept
+
+
+def dms_source(session: Session, name: str, settings: Settings) -> Source:
+    """The Source row of a configured DMS, created on its first event (race-safe)."""
+    if name not in settings.dms.sources:
+        raise UnknownSource(f"no DMS source named {name!r} in dms.sources")
+    source = session.scalar(select(Source).where(Source.name == name))
+    if source is not None:
+        if source.kind != SourceKind.DMS:
+            raise UnknownSource(f"source {name!r} exists with kind {source.kind}, not dms")
+        return source
+    try:
+        with session.begin_nested():
+            source = Source(name=name, kind=SourceKind.DMS, config={"content_base_url": settings.dms.sources[name].content_base_url})
+            session.add(source)
+    except IntegrityError:
+        source = session.scalar(select(Source).where(Source.name == name))
+    return source
+
+
+def accept_event(session: Session, source_id: str, event: DmsEvent) -> Accepted:
+    """Write the event row (status received) in the caller's transaction; a known event id is a duplicate.
+
+    The caller commits, and only then dispatches (`dispatch_events`).
+    """
+    existing = _row_by_event_id(session, source_id, event.event_id)
+    if existing is not None:
+        return Accepted(AcceptOutcome.DUPLICATE, existing.id, existing.status)
+    row = IngestEvent(
+        source_id=source_id,
+        event_id=event.event_id,
+        event_type=event.type,
+        schema_version=event.schema_version,
+        payload=event.model_dump(mode="json"),
+        status=EventStatus.RECEIVED,
+        attempts=0,
+    )
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:
+        # The same id arrived concurrently and the other request won.
+        existing = _row_by_event_id(session, source_id, event.event_id)
+        return Accepted(AcceptOutcome.DUPLICATE, existing.id, existing.status)
+    return Accepted(AcceptOutcome.ACCEPTED, row.id, EventStatus.RECEIVED)
+
+
+def _row_by_event_id(session: Session, source_id: str, event_id: str) -> IngestEvent | None:
+    return session.scalar(select(IngestEvent).where(IngestEvent.source_id == source_id, IngestEvent.event_id == event_id))
+
+
+def submit_event(settings: Settings, sessions: sessionmaker[Session], source_name: str, data: Any) -> Accepted:
+    """Validate, store and dispatch one decoded event: the webhook's path without HTTP (replay, tests)."""
+    event = parse_event(data)
+    with sessions() as session, session.begin():
+        source = dms_source(session, source_name, settings)
+        accepted = accept_event(session, source.id, event)
+    if accepted.outcome is AcceptOutcome.ACCEPTED:
+        dispatch_events(settings, sessions, [accepted.row_id])
+    return accepted
+
+
+# ---------------------------------------------------------------- dispatch
+
+_producers: dict[tuple[str, int], Celery] = {}
+# Publishing must not hold a webhook answer for long when Redis is down: the sweep dispatches later.
+PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
+
+def producer(settings: Settings) -> Celery:
+    """A Celery app that only publishes (routes from app.py, no task modules imported)."""
+    from ki_workers.app import celery_config
+
+    key = (settings.broker.url, settings.broker.visibility_timeout_seconds)
+    if key not in _producers:
+        app = Celery("ki-producer")
+        app.conf.update(celery_config(settings))
+        _producers[key] = app
+    return _producers[key]
+
+
+def dispatch_events(settings: Settings, sessions: sessionmaker[Session], row_ids: Iterable[str]) -> int:
+    """Hand committed event rows to the broker (or run them in-process when `broker.eager`).
+
+    Returns how many were handed over; a failure is logged and left to the sweep.
+    """
+    handed = 0
+    for row_id in row_ids:
+        if settings.broker.eager:
+            _run_in_process(sessions, row_id)
+            handed += 1
+            continue
+        try:
+            producer(settings).send_task(PROCESS_EVENT_TASK, args=[row_id], retry=True, retry_policy=PUBLISH_RETRY)
+            _mark_queued(sessions, [row_id])
+            handed += 1
+        except Exception as exc:  # noqa: BLE001 - the row is durable; the sweep dispatches it again
+            log.warning("event %s not dispatched (%s: %s); the sweep will retry", row_id, type(exc).__name__, exc)
+    return handed
+
+
+def _run_in_process(sessions: sessionmaker[Session], row_id: str) -> None:
+    """Embedded mode: the same task, run here; Celery skips on_failure when it propagates, so record it."""
+    from ki_workers import tasks
+
+    _mark_queued(sessions, [row_id])
+    try:
+        tasks.process_event.delay(row_id)
+    except Exception as exc:  # noqa: BLE001 - recorded on the event row, where operators look
+        finish_event(sessions, row_id, EventStatus.FAILED, _describe(exc))
+        log.warning("event %s failed (%s)", row_id, _describe(exc))
+
+
+def _mark_queued(sessions: sessionmaker[Session], row_ids: list[str]) -> None:
+    """received -> queued only: a worker may already have moved the row on."""
+    with sessions() as session, session.begin():
+        session.execute(
+            update(IngestEvent)
+            .where(IngestEvent.id.in_(row_ids), IngestEvent.status == EventStatus.RECEIVED)
+            .values(status=EventStatus.QUEUED, updated_at=utcnow())
+        )
+
+
+# --------------------------------------------------------------------- run
+
+
+@dataclass(frozen=True)
+class ClaimedEvent:
+    row_id: str
+    source: Source
+    event: DmsEvent
+    attempts: int
+
+
+@contextmanager
+def event_lease(engine: Engine, row_id: str) -> Iterator[bool]:
+    """Run one event at a time: a PostgreSQL advisory lock held on its own connection.
+
+    The lock dies with the worker's connection, so a killed worker frees the
+    event at once, while a live one keeps a re-dispatched copy from running
+    beside it. SQLite (the embedded mode) has one process and needs no lock.
+    """
+    if engine.dialect.name != "postgresql":
+        yield True
+        return
+    key = int(row_id[:15], 16)
+    with engine.connect() as conn:
+        held = bool(conn.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}))
+        conn.commit()
+        try:
+            yield held
+        finally:
+            if held:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                conn.commit()
+
+
+def claim_event(sessions: sessionmaker[Session], row_id: str, max_attempts: int) -> ClaimedEvent | None:
+    """Move an open event to processing and count the attempt; None when it is finished or gone.
+
+    A payload that no longer validates (a schema change) parks the event.
+    """
+    with sessions() as session, session.begin():
+        row = session.get(IngestEvent, row_id, with_for_update=True)
+        if row is None or row.status in FINISHED_STATUSES:
+            return None
+        row.attempts += 1
+        if row.attempts > max_attempts:
+            _finish(row, EventStatus.FAILED, f"gave up after {max_attempts} attempts (last: {row.error or 'worker lost'})")
+            return None
+        row.status = EventStatus.PROCESSING
+        try:
+            event = parse_event(row.payload)
+        except EventSchemaError as exc:
+            _finish(row, EventStatus.PARKED, f"payload no longer valid: {exc}")
+            return None
+        source = session.get(Source, row.source_id)
+        session.expunge(source)
+        return ClaimedEvent(row_id, source, event, row.attempts)
+
+
+def finish_event(sessions: sessionmaker[Session], row_id: str, status: EventStatus, note: str | None = None) -> None:
+    with sessions() as session, session.begin():
+        row = session.get(IngestEvent, row_id, with_for_update=True)
+        if row is not None and row.status not in FINISHED_STATUSES:
+            _finish(row, status, note)
+
+
+def _finish(row: IngestEvent, status: EventStatus, note: str | None) -> None:
+    row.status = status
+    row.error = note
+    row.finished_at = utcnow() if status in FINISHED_STATUSES else None
+
+
+def note_retry(sessions: sessionmaker[Session], row_id: str, error: str) -> None:
+    """A transient error: back to queued with the reason, the retry is on its way."""
+    with sessions() as session, session.begin():
+        session.execute(
+            update(IngestEvent)
+            .where(IngestEvent.id == row_id, IngestEvent.status.in_(OPEN_STATUSES))
+            .values(status=EventStatus.QUEUED, error=error, updated_at=utcnow())
+        )
+
+
+def run_event(ctx: WorkerContext, row_id: str, hand_on: Callable[[Followups], None]) -> str:
+    """Claim, apply, hand the follow-up ids on, then mark done; returns the outcome.
+
+    Transient errors propagate (the task retries); permanent ones park the event.
+    `hand_on` runs after the event's SQL commit and before `done` is written, so
+    a worker killed in between leaves an open event that is simply run again.
+    """
+    from ki_workers.sources.dms import PermanentEventError, apply_event
+
+    with event_lease(ctx.engine, row_id) as held:
+        if not held:
+            return "busy"
+        claimed = claim_event(ctx.sessions, row_id, ctx.settings.sweep.max_event_attempts)
+        if claimed is None:
+            return "skipped"
+        try:
+            followups = apply_event(ctx, claimed.source, claimed.event)
+        except PermanentEventError as exc:
+            finish_event(ctx.sessions, row_id, EventStatus.PARKED, f"{type(exc).__name__}: {exc}")
+            return "parked"
+        hand_on(followups)
+        finish_event(ctx.sessions, row_id, EventStatus.DONE, followups.note)
+    return "done"
+
+
+class EventTask(Task):
+    """Records retries and final failures of `ki.process_event` on the event row."""
+
+    def on_retry(self, exc, task_id, args, kwargs, einfo) -> None:
+        from ki_workers.context import worker_context
+
+        note_retry(worker_context().sessions, args[0], _describe(exc))
+
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        from ki_workers.context import worker_context
+
+        finish_event(worker_context().sessions, args[0], EventStatus.FAILED, _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+# -------------------------------------------------------------- operators
+
+
+def open_events_older_than(session: Session, age: timedelta, limit: int = 1000) -> list[str]:
+    """Accepted, not finished, untouched for `age`: a lost message or a killed worker."""
+    cutoff = utcnow() - age
+    return list(
+        session.scalars(
+            select(IngestEvent.id)
+            .where(IngestEvent.status.in_(OPEN_STATUSES), IngestEvent.updated_at < cutoff)
+            .order_by(IngestEvent.received_at)
+            .limit(limit)
+        )
+    )
+
+
+def list_events(
+    session: Session, *, status: EventStatus | None = None, event_type: str | None = None, limit: int = 50
+) -> list[tuple[IngestEvent, str]]:
+    """(row, source name), newest first."""
+    stmt = select(IngestEvent, Source.name).join(Source, Source.id == IngestEvent.source_id)
+    if status is not None:
+        stmt = stmt.where(IngestEvent.status == status)
+    if event_type is not None:
+        stmt = stmt.where(IngestEvent.event_type == event_type)
+    return [(row, name) for row, name in session.execute(stmt.order_by(IngestEvent.received_at.desc()).limit(limit))]
+
+
+def reopen_event(session: Session, reference: str) -> IngestEvent:
+    """An event (by row id or event id) back to received, attempts reset; the caller commits and dispatches."""
+    row = session.get(IngestEvent, reference, with_for_update=True)
+    if row is None:
+        matches = list(session.scalars(select(IngestEvent).where(IngestEvent.event_id == reference).limit(2)))
+        if len(matches) > 1:
+            raise UnknownEvent(f"event id {reference!r} exists for several sources; give the row id")
+        row = matches[0] if matches else None
+    if row is None:
+        raise UnknownEvent(f"no event with row id or event id {reference!r}")
+    row.status, row.attempts, row.finished_at, row.updated_at = EventStatus.RECEIVED, 0, None, utcnow()
+    return row

@@ -1,0 +1,146 @@
+"""Beat jobs in-process: re-dispatch of unfinished events, the attempt limit, the index reconcile.
+
+The real-broker versions (a purged queue, a SIGKILLed worker) are in test_worker_crash.py.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from sqlalchemy import select, update
+
+from ki_core.config import get_settings, load_settings
+from ki_core.models import Chunk, DocumentVersion, EventStatus, IngestEvent
+from ki_core.models.base import utcnow
+from ki_core.search.index import DeleteOp, IndexOp, UpdateAccessOp
+from ki_core.search.types import AccessProjection, IndexChunk
+from ki_workers import tasks
+from ki_workers.app import beat_schedule, celery_config
+from ki_workers.event_inbox import accept_event, dms_source
+from ki_workers.sources.dms_events import parse_event
+from ki_workers.sweep import reconcile_index, redispatch_events, run_sweep
+from tests.ki_workers.dms_support import SECRET, SOURCE, TEXT, acl_changed, envelope, upserted
+from tests.ki_workers.test_dms_events import submit, version_of
+
+
+@pytest.fixture
+def dms(ctx, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("KI_DMS__SOURCES__ACME__SECRET", SECRET)
+    get_settings.cache_clear()
+    ctx.settings = get_settings()
+    return ctx
+
+
+def accepted_without_dispatch(ctx, data: dict, *, status=EventStatus.QUEUED, age=timedelta(minutes=10)) -> str:
+    """An event row as if its broker message had been lost after the commit."""
+    with ctx.sessions() as session, session.begin():
+        source = dms_source(session, SOURCE, ctx.settings)
+        row_id = accept_event(session, source.id, parse_event(data)).row_id
+        session.execute(
+            update(IngestEvent).where(IngestEvent.id == row_id).values(status=status, updated_at=utcnow() - age)
+        )
+    return row_id
+
+
+def status_of(ctx, row_id: str) -> tuple[EventStatus, int, str | None]:
+    with ctx.sessions() as session:
+        row = session.get(IngestEvent, row_id)
+        return row.status, row.attempts, row.error
+
+
+def test_events_whose_message_was_lost_are_dispatched_again_after_the_delay(dms) -> None:
+    lost = accepted_without_dispatch(dms, upserted("A-1"))
+    killed = accepted_without_dispatch(dms, acl_changed("A-1", [{"principal": "bob"}], minutes=3),
+                                       status=EventStatus.PROCESSING)
+    recent = accepted_without_dispatch(dms, upserted("A-2", text=TEXT + " Zwei."), age=timedelta(seconds=5))
+    report = run_sweep(dms)
+    assert report["events_redispatched"] == 2
+    assert status_of(dms, lost)[0] == status_of(dms, killed)[0] == EventStatus.DONE
+    assert status_of(dms, recent) == (EventStatus.QUEUED, 0, None), "younger than the delay: left alone"
+    assert version_of(dms, "A-1") is not None
+    assert redispatch_events(dms) == 0, "nothing left to re-dispatch"
+
+
+def test_an_event_that_keeps_losing_its_worker_is_failed_after_the_attempt_limit(dms) -> None:
+    row_id = accepted_without_dispatch(dms, upserted("A-1"), status=EventStatus.PROCESSING)
+    with dms.sessions() as session, session.begin():
+        session.execute(update(IngestEvent).where(IngestEvent.id == row_id).values(attempts=dms.settings.sweep.max_event_attempts))
+    assert tasks.process_event.delay(row_id).get() == "skipped"
+    status, attempts, error = status_of(dms, row_id)
+    assert status == EventStatus.FAILED and error.startswith("gave up after 12 attempts")
+    assert version_of(dms, "A-1") is None
+
+
+def test_beat_sends_the_sweep_and_the_reconcile_at_their_configured_intervals(monkeypatch) -> None:
+    monkeypatch.setenv("KI_SWEEP__INTERVAL_SECONDS", "30")
+    settings = load_settings()
+    schedule = beat_schedule(settings)
+    assert schedule["sweep"] == {"task": "ki.sweep", "schedule": 30.0}
+    assert schedule["reconcile"]["task"] == "ki.reconcile"
+    assert celery_config(settings)["task_routes"]["ki.reconcile"] == {"queue": "ki.maintenance"}
+
+
+# ----------------------------------------------------------------- reconcile
+
+
+def test_reconcile_repairs_missing_stale_and_orphaned_rows_without_embedding(dms) -> None:
+    for n, object_id in enumerate(("A-1", "A-2", "A-3")):
+        submit(dms, upserted(object_id, text=f"{TEXT} Akte {object_id}. " * 3, minutes=n))
+    index = dms.index()
+    index.refresh()
+    healthy = index.count()
+    missing, stale, sample = (version_of(dms, o) for o in ("A-1", "A-2", "A-3"))
+    with dms.sessions() as session:
+        chunks = {v.id: list(session.scalars(select(Chunk).where(Chunk.version_id == v.id))) for v in (missing, stale)}
+    orphan = IndexChunk(
+        chunk_id=987_654_321, text="verwaist", embedding=tuple(np.ones(64, dtype=np.float32) / 8.0),
+        project_id=_project_id(dms, sample), document_id="deleted-long-ago", document_version_id="gone",
+    )
+    index.bulk([
+        DeleteOp(chunks[missing.id][0].id),
+        IndexOp(orphan),
+        UpdateAccessOp(AccessProjection(document_version_id=stale.id, chunk_ids=tuple(c.id for c in chunks[stale.id]),
+                                        allowed_principals=("mallory",), denied_principals=(), access_version=-1)),
+    ])
+    index.refresh()
+    embedded = dms.embedder().passages
+
+    report = reconcile_index(dms)
+
+    assert (report.projects_mismatched, report.orphan_documents_removed, report.documents_repaired) == (1, 1, 1)
+    assert report.versions_refreshed == 1
+    assert report.chunks_in_index_before == healthy and report.chunks_in_index_after == report.chunks_expected == healthy
+    assert index.stored_fields(chunks[stale.id][0].id)["allowed_principals"] == ("alice",)
+    assert index.stored_fields(orphan.chunk_id) is None
+    assert dms.embedder().passages == embedded
+    again = reconcile_index(dms)
+    assert (again.projects_mismatched, again.documents_repaired, again.versions_refreshed) == (0, 0, 0)
+
+
+def test_reconcile_removes_rows_of_a_document_sql_no_longer_observes(dms) -> None:
+    submit(dms, upserted("A-1"))
+    version = version_of(dms, "A-1")
+    project_id = _project_id(dms, version)
+    with dms.sessions() as session:
+        rows = list(session.scalars(select(Chunk).where(Chunk.version_id == version.id)))
+    submit(dms, envelope("document.deleted", 5, object_id="A-1"))
+    index = dms.index()
+    # The index missed the delete: its rows are back as they were.
+    index.bulk([
+        IndexOp(IndexChunk(chunk_id=row.id, text=row.text, embedding=tuple(np.frombuffer(row.embedding, dtype=np.float32)),
+                           project_id=project_id, document_id=version.document_id, document_version_id=version.id))
+        for row in rows
+    ])
+    index.refresh()
+    assert index.count() == len(rows)
+    report = reconcile_index(dms)
+    assert report.documents_repaired == 1 and report.chunks_in_index_after == report.chunks_expected == 0
+
+
+def _project_id(ctx, version: DocumentVersion) -> str:
+    from ki_core.models import Document
+
+    with ctx.sessions() as session:
+        return session.get(Document, version.document_id).project_id
