@@ -17,6 +17,7 @@ import argparse
 import gzip
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -177,6 +178,13 @@ def chunks_per_second(embedder: Embedder, texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - started)
 
 
+def cpu_ms_per_chunk(embedder: Embedder, texts: list[str]) -> float:
+    """CPU time of this process per chunk: stays meaningful when other jobs share the cores."""
+    started = time.process_time()
+    embedder.embed_passages(texts)
+    return 1000 * (time.process_time() - started) / len(texts)
+
+
 def cold_cache_chunks_per_second(embedder: Embedder, texts: list[str], batch_size: int) -> float:
     """Throughput through a CachedEmbedder on an empty cache file: what a first ingest pays."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -230,6 +238,8 @@ def run_one(name: str, args: argparse.Namespace, data: dict) -> dict:
             cold_cache_chunks_per_second(embedder, data["chunks"], args.batch_size), 1
         )
         result["absaetze_per_s"] = round(chunks_per_second(embedder, data["absaetze"]), 1)
+        result["cpu_ms_per_chunk_1200"] = round(cpu_ms_per_chunk(embedder, data["chunks"][:50]), 1)
+        result["load_average"] = round(os.getloadavg()[0], 1)
         print(f"{name}: {json.dumps(result)}", file=sys.stderr, flush=True)
     if not args.skip_quality:
         cache = VectorCacheFile(Path(args.cache_dir) / CACHE_FILE_NAME)
@@ -246,9 +256,10 @@ def report(results: list[dict], data: dict) -> str:
         f"(mean {np.mean([len(t) for t in data['absaetze']]):.0f} chars)",
         f"quality: {len(data['corpus'])} records, {len(data['queries'])} queries, "
         "exact search, text only",
-        "chunks/s: the embedder alone; cached: the same through a CachedEmbedder on an empty cache",
+        "chunks/s: the embedder alone; cached: the same through a CachedEmbedder on an empty cache;",
+        "cpu ms: CPU time per 1200-char chunk (all threads); load: 1-min load average at the end",
         "",
-        f"{'embedder':<22}{'chunks/s':>10}{'cached':>8}{'Abs./s':>9}"
+        f"{'embedder':<22}{'chunks/s':>10}{'cached':>8}{'Abs./s':>9}{'cpu ms':>8}{'load':>6}"
         f"{'nDCG@10':>9}{'R@10':>7}{'R@100':>7}"
         f"{'xref':>7}{'heading':>8}{'caselaw':>8}{'embed s':>9}",
     ]
@@ -261,6 +272,7 @@ def report(results: list[dict], data: dict) -> str:
         lines.append(
             f"{r['embedder']:<22}{r.get('chunks_per_s_1200', '-'):>10}"
             f"{r.get('cold_cache_chunks_per_s_1200', '-'):>8}{r.get('absaetze_per_s', '-'):>9}"
+            f"{r.get('cpu_ms_per_chunk_1200', '-'):>8}{r.get('load_average', '-'):>6}"
             f"{cell('all', width=9)}{cell('all', 'recall@10')}{cell('all', 'recall@100')}"
             f"{cell('xref')}{cell('heading', width=8)}{cell('caselaw', width=8)}"
             f"{r.get('corpus_embed_seconds', '-'):>9}"

