@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, Select, func, select, union
+from sqlalchemy import ColumnElement, Select, false, func, select, union, union_all
 from sqlalchemy.orm import Session
 
 from ki_core.acl import (
@@ -249,21 +249,47 @@ def _evaluate_candidates(
     unsettled: list[str],
     kinds: frozenset[tuple[GrantScope, GrantEffect]],
 ) -> list[tuple[str, str, bool]]:
-    """(document, project, visible) for each document the summary does not settle, by the predicate."""
+    """(document, project, visible) for each document the summary does not settle; one round trip.
+
+    Documents under a matching document deny are hidden without evaluation:
+    rule 1 of "A version is visible" fails for every version they have. All
+    other candidates go through the predicate.
+    """
+    denied = _denied_documents(viewer, whole, kinds)
     parts = _candidate_parts(viewer, project_filter, whole, unsettled, kinds)
-    if not parts:
+    branches: list[Select] = [denied] if denied is not None else []
+    if parts:
+        candidates = union(*parts).cte("candidates")
+        visible = (
+            select(DocumentVersion.document_id)
+            .where(DocumentVersion.document_id.in_(select(candidates.c.document_id)), viewer_predicate(viewer))
+            .distinct()
+            .subquery("visible")
+        )
+        branches.append(
+            select(candidates.c.document_id, candidates.c.project_id, visible.c.document_id.is_not(None))
+            .outerjoin(visible, visible.c.document_id == candidates.c.document_id)
+        )
+    if not branches:
         return []
-    candidates = union(*parts).cte("candidates")
-    visible = (
-        select(DocumentVersion.document_id)
-        .where(DocumentVersion.document_id.in_(select(candidates.c.document_id)), viewer_predicate(viewer))
-        .distinct()
-        .subquery("visible")
-    )
-    stmt = select(
-        candidates.c.document_id, candidates.c.project_id, visible.c.document_id.is_not(None)
-    ).outerjoin(visible, visible.c.document_id == candidates.c.document_id)
+    stmt = branches[0] if len(branches) == 1 else union_all(*branches)
     return [(d, p, bool(v)) for d, p, v in session.execute(stmt)]
+
+
+def _denied_documents(
+    viewer: Viewer, whole: list[str], kinds: frozenset[tuple[GrantScope, GrantEffect]]
+) -> Select | None:
+    """(document, project, false) for documents of whole projects under a matching document deny."""
+    if viewer.is_admin or not whole or (GrantScope.DOCUMENT, GrantEffect.DENY) not in kinds:
+        return None
+    return select(Document.id, Document.project_id, false()).join(
+        Grant, Grant.document_id == Document.id
+    ).where(
+        Grant.scope == GrantScope.DOCUMENT,
+        Grant.effect == GrantEffect.DENY,
+        in_set(Grant.principal, viewer.principals),
+        in_set(Document.project_id, whole),
+    )
 
 
 def _candidate_parts(
@@ -275,9 +301,10 @@ def _candidate_parts(
 ) -> list[Select]:
     """Suspects inside whole projects, and documents reached by narrower grants elsewhere.
 
-    Suspects: documents without the flag, and documents a matching deny
-    touches. Elsewhere a visible version needs a document allow or (in
-    sufficient mode) a source allow, so those grants name every candidate.
+    Suspects: documents without the flag, and documents actively observed as
+    an object under a matching deny. Elsewhere a visible version needs a
+    document allow or (in sufficient mode) a source allow, so those grants
+    name every candidate.
     """
     parts: list[Select] = []
     if unsettled:
@@ -286,8 +313,6 @@ def _candidate_parts(
         return parts
     principals = viewer.principals
     inside = in_set(Document.project_id, whole)
-    if whole and (GrantScope.DOCUMENT, GrantEffect.DENY) in kinds:
-        parts.append(_document_grant_targets(GrantEffect.DENY, principals).where(inside))
     if whole and (GrantScope.SOURCE_OBJECT, GrantEffect.DENY) in kinds:
         parts.append(_observed_object_targets(GrantEffect.DENY, principals).where(inside))
     outside = [~inside] if whole else []
