@@ -18,6 +18,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from ki_core.search.types import FilterHit, LegHit, ScopeFilter, SearchFilters
 
@@ -39,6 +40,7 @@ SINGLE_COLUMNS = (
 TUPLE_COLUMNS = ("doc_type_ancestors", "identifiers")
 _TERM_FILTERS = ("project_id", "matter_id", "version_status", "language", "clause_type", "chunk_kind")
 _MASK_CACHE_SIZE = 64
+_LEG_HITS = TypeAdapter(tuple[LegHit, ...])
 _HIT_COLUMNS = ("document_id", "document_version_id", "project_id", "version_status", "chunk_kind", "identifiers")
 _EPOCH = date(1970, 1, 1)
 
@@ -276,25 +278,27 @@ class ChunkTable:
         return np.fromiter((get(c, -1) for c in chunk_ids), dtype=np.int64)
 
     def leg_hits(self, slots: np.ndarray, scores: Iterable[float]) -> tuple[LegHit, ...]:
-        """Ranked hits for these slots, columns gathered in one numpy pass (400 hits in ~1 ms)."""
+        """Ranked hits for these slots: columns gathered in one numpy pass, models validated in one
+        batch (pydantic-core validates 400 hits in ~0.5 ms, a LegHit(...) call per hit takes ~3x that)."""
         columns = [self.vocab[name].values for name in _HIT_COLUMNS]
         codes = [self.codes[name][slots].tolist() for name in _HIT_COLUMNS]
-        return tuple(
-            LegHit(
-                chunk_id=chunk_id,
-                document_id=columns[0][document],
-                document_version_id=columns[1][version],
-                project_id=columns[2][project],
-                version_status=columns[3][status],
-                chunk_kind=columns[4][kind],
-                identifiers=columns[5][identifiers] or (),
-                score=score,
-                rank=rank,
-            )
+        rows = [
+            {
+                "chunk_id": chunk_id,
+                "document_id": columns[0][document],
+                "document_version_id": columns[1][version],
+                "project_id": columns[2][project],
+                "version_status": columns[3][status],
+                "chunk_kind": columns[4][kind],
+                "identifiers": columns[5][identifiers] or (),
+                "score": score,
+                "rank": rank,
+            }
             for rank, (chunk_id, score, document, version, project, status, kind, identifiers) in enumerate(
                 zip(self.chunk_id[slots].tolist(), scores, *codes, strict=True)
             )
-        )
+        ]
+        return _LEG_HITS.validate_python(rows)
 
     def filter_hits(self, admitted: Admitted, size: int, offset: int) -> list[FilterHit]:
         """One hit per version (its lowest chunk id), doc_date descending, missing dates last."""
