@@ -11,6 +11,13 @@ from rich.console import Console
 
 from ki_core.config import ConfigError
 from ki_core.grants import InvalidPrincipal, UnknownTarget
+from ki_query.corpus_errors import (
+    CorpusEmbeddingMismatch,
+    CorpusLoadError,
+    EvalFileError,
+    ProviderConfigError,
+    UnknownCorpus,
+)
 
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
@@ -22,6 +29,11 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (ConfigError, EXIT_CONFIG),
     (UnknownTarget, EXIT_FAILED),
     (InvalidPrincipal, EXIT_FAILED),
+    (ProviderConfigError, EXIT_CONFIG),
+    (CorpusEmbeddingMismatch, EXIT_CONFIG),
+    (UnknownCorpus, EXIT_FAILED),
+    (CorpusLoadError, EXIT_FAILED),
+    (EvalFileError, EXIT_FAILED),
 ]
 
 

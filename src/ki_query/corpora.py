@@ -13,7 +13,6 @@ the firm's index answers only with the caller's principals, and nothing without 
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -27,25 +26,14 @@ from ki_core.config import Settings
 from ki_core.embedding import Embedder
 from ki_core.models.corpora import Corpus
 from ki_core.search import SearchIndex, index_signature, open_index
+from ki_query.corpus_errors import CorpusEmbeddingMismatch, UnknownCorpus
 from ki_query.corpus_loader import index_metric
 from ki_query.corpus_retriever import CorpusRetriever, HybridWeights, negative_threshold_for
 from ki_query.corpus_units import UnitStore
 
-log = logging.getLogger(__name__)
 
 FIRM_CORPUS_ID = "firm"
 FIRM_KIND = "firm"
-
-
-class UnknownCorpus(KeyError):
-    """No corpus of that id is registered."""
-
-    def __str__(self) -> str:
-        return f"no corpus {self.args[0]!r} is registered (ki corpus list shows the registered ones)"
-
-
-class CorpusEmbeddingMismatch(RuntimeError):
-    """A corpus was indexed with another embedder than the one that embeds the question."""
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -36,7 +36,10 @@ from ki_core.identifiers import extract, normalize_law
 from ki_core.models.corpora import Corpus, CorpusKind, CorpusUnit
 from ki_core.search import DeleteOp, IndexOp, SearchIndex, open_index
 from ki_core.search.types import IndexChunk
+from ki_query.corpus_errors import CorpusLoadError
 
+UNIT_KIND = "chunk"
+SECTION_KIND = "section"
 # Units embedded and written per index batch: bounds memory, and shows progress on long loads.
 LOAD_BATCH_UNITS = 512
 # Chunk ids are signed 64-bit in SQL and OpenSearch; keep them positive.
@@ -47,10 +50,6 @@ REPEALED_PLACEHOLDER = "(weggefallen)"
 _SENTENCE_END = re.compile(r"(?<=[.;:!?])\s+")
 
 Progress = Callable[[int, int], None]
-
-
-class CorpusLoadError(ValueError):
-    """A record file is unreadable or a record is malformed; the message names file and line."""
 
 
 class StatuteRecord(BaseModel):
@@ -96,6 +95,16 @@ class Unit:
     @property
     def address(self) -> str:
         return unit_address(self.container_id, self.section_id, self.subsection)
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """What replacing the units of the loaded containers left behind in the index."""
+
+    stale_units: list[int]
+    stale_sections: list[int]
+    # The embedder changed: the new index must receive the corpus's other containers too.
+    rebuild: bool
 
 
 @dataclass
@@ -249,6 +258,7 @@ def index_chunk(corpus_id: str, kind: str, unit: Unit, vector: Sequence[float]) 
         doc_type_ancestors=(kind,),
         version_status="repealed" if unit.repealed else "in_force",
         language="de",
+        chunk_kind=UNIT_KIND,
         identifiers=unit_identifiers(unit),
         allowed_principals=("public",),
         meta={
@@ -267,6 +277,45 @@ def index_chunk(corpus_id: str, kind: str, unit: Unit, vector: Sequence[float]) 
 
 def section_key(container: str, section: str) -> str:
     return f"{container}|{section}"
+
+
+def section_chunk_id(container: str, section: str) -> int:
+    digest = hashlib.sha256(f"section\n{container}\n{section}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & _ID_MASK
+
+
+def section_chunks(corpus_id: str, kind: str, units: Sequence[Unit], vectors: np.ndarray) -> list[IndexChunk]:
+    """One row per § (chunk_kind "section"): the whole text for section-level BM25.
+
+    BM25 over the whole § sees query words spread over several Absätze; the vector is the
+    normalized centroid of the Absätze (a row must carry one; retrieval ranks sections
+    semantically by their best Absatz instead). document_version_id holds the section key.
+    """
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, unit in enumerate(units):
+        groups.setdefault((unit.container_id, unit.section_id), []).append(i)
+    rows = []
+    for (container, section), members in groups.items():
+        centroid = vectors[members].mean(axis=0)
+        rows.append(
+            IndexChunk(
+                chunk_id=section_chunk_id(container, section),
+                text="\n".join(units[i].text for i in members),
+                embedding=tuple(float(x) for x in centroid / (np.linalg.norm(centroid) or 1.0)),
+                project_id=corpus_id,
+                document_id=container,
+                document_version_id=section_key(container, section),
+                matter_id=section_key(container, section),
+                doc_type=kind,
+                doc_type_ancestors=(kind,),
+                version_status="repealed" if all(units[i].repealed for i in members) else "in_force",
+                language="de",
+                chunk_kind=SECTION_KIND,
+                allowed_principals=("public",),
+                meta={"corpus_id": corpus_id, "container_id": container, "section_id": section, "kind": SECTION_KIND},
+            )
+        )
+    return rows
 
 
 # ------------------------------------------------------------------ loading
@@ -309,9 +358,10 @@ def load_corpus(
     report = LoadReport(corpus_id, index_name, records=len(records), units=len(units))
     report.containers = sorted({u.container_id for u in units})
     report.repealed_units = sum(u.repealed for u in units)
-    stale, rebuild = _register(sessions, settings, embedder, corpus_id, units, kind, default_container, title, index_name)
-    report.deleted_units = len(stale)
-    if rebuild:
+    replaced = _register(sessions, settings, embedder, corpus_id, units, kind, default_container, title, index_name)
+    report.deleted_units = len(replaced.stale_units)
+    stale = replaced.stale_units + replaced.stale_sections
+    if replaced.rebuild:
         # A new embedder means a new index: it must hold the containers loaded earlier too.
         units = [*units, *_other_units(sessions, corpus_id, report.containers)]
     owned = index is None
@@ -336,11 +386,8 @@ def _register(
     default_container: str | None,
     title: str | None,
     index_name: str,
-) -> tuple[list[int], bool]:
-    """Upsert the Corpus row, replace the loaded containers' units.
-
-    Returns the stale chunk ids and whether the index is new for a corpus that held units.
-    """
+) -> Replaced:
+    """Upsert the Corpus row and replace the loaded containers' units."""
     containers = sorted({u.container_id for u in units})
     with transaction(sessions) as session:
         corpus = session.get(Corpus, corpus_id)
@@ -360,13 +407,11 @@ def _register(
             "title": title or (corpus.attributes or {}).get("title") or corpus_id,
             "public": True,
         }
-        held = set(
-            session.scalars(
-                select(CorpusUnit.chunk_id).where(
-                    CorpusUnit.corpus_id == corpus_id, CorpusUnit.container_id.in_(containers)
-                )
+        held_rows = session.execute(
+            select(CorpusUnit.chunk_id, CorpusUnit.container_id, CorpusUnit.section_id).where(
+                CorpusUnit.corpus_id == corpus_id, CorpusUnit.container_id.in_(containers)
             )
-        )
+        ).all()
         session.execute(
             delete(CorpusUnit).where(CorpusUnit.corpus_id == corpus_id, CorpusUnit.container_id.in_(containers))
         )
@@ -374,7 +419,11 @@ def _register(
         for start in range(0, len(units), 2000):
             rows = [{"corpus_id": corpus_id, **_unit_row(u)} for u in units[start : start + 2000]]
             session.execute(insert(CorpusUnit), rows)
-    return sorted(held - {u.chunk_id for u in units}), rebuild
+    stale_units = {row.chunk_id for row in held_rows} - {u.chunk_id for u in units}
+    stale_sections = {section_chunk_id(r.container_id, r.section_id) for r in held_rows} - {
+        section_chunk_id(u.container_id, u.section_id) for u in units
+    }
+    return Replaced(sorted(stale_units), sorted(stale_sections), rebuild)
 
 
 def _other_units(sessions: sessionmaker[Session], corpus_id: str, loaded: Sequence[str]) -> list[Unit]:
@@ -402,12 +451,14 @@ def _write_index(
 ) -> None:
     if stale:
         index.bulk(DeleteOp(chunk_id) for chunk_id in stale)
+    vectors = []
     for start in range(0, len(units), LOAD_BATCH_UNITS):
         batch = units[start : start + LOAD_BATCH_UNITS]
-        vectors = embedder.embed_passages([embedding_text(u) for u in batch])
-        index.bulk(IndexOp(index_chunk(corpus_id, kind, u, v)) for u, v in zip(batch, vectors, strict=True))
+        vectors.append(embedder.embed_passages([embedding_text(u) for u in batch]))
+        index.bulk(IndexOp(index_chunk(corpus_id, kind, u, v)) for u, v in zip(batch, vectors[-1], strict=True))
         if progress is not None:
             progress(start + len(batch), len(units))
+    index.bulk(IndexOp(row) for row in section_chunks(corpus_id, kind, units, np.vstack(vectors)))
     index.refresh()
 
 

@@ -12,7 +12,6 @@ comparable across corpora and backends, so the federation ranks by it.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,11 +23,10 @@ from ki_core.identifiers import Identifier, extract, normalize_law
 from ki_core.models.corpora import CorpusUnit
 from ki_core.search import SearchIndex
 from ki_core.search.types import Leg, MultiSearchRequest, ScopeFilter, SearchFilters, oversampled_window
-from ki_query.corpus_loader import embedding_text, section_key
+from ki_query.corpus_loader import SECTION_KIND, UNIT_KIND, section_key
 from ki_query.corpus_units import Hit, UnitStore, unit_hit
 from ki_query.federation_providers import expand_sections
 
-log = logging.getLogger(__name__)
 
 ALL_LEGS = frozenset(Leg)
 LOOKUP_SCORE = 1.0
@@ -62,6 +60,14 @@ class HybridWeights:
 
     def of(self, leg: Leg) -> float:
         return {Leg.LEXICAL: self.lexical, Leg.SEMANTIC: self.semantic, Leg.IDENTIFIER: self.identifier}[leg]
+
+
+@dataclass
+class LegRankings:
+    """(chunk id, leg score) of Absätze per leg, best first; sections by lexical score over the whole §."""
+
+    absaetze: dict[Leg, list[tuple[int, float]]]
+    section_lexical: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -147,19 +153,31 @@ class CorpusRetriever:
 
     def _leg_rankings(
         self, question: str, vector: np.ndarray, legs: frozenset[Leg], where: Mapping[str, Any] | None, size: int
-    ) -> dict[Leg, list[tuple[int, float]]]:
-        """(chunk id, leg score) per requested leg, best first, from one multi-search."""
+    ) -> LegRankings:
+        """Absatz rankings per requested leg, and the lexical ranking of whole sections."""
         scope, filters = self._filters(where)
         text_legs = legs & {Leg.LEXICAL, Leg.IDENTIFIER}
         request = MultiSearchRequest(
             query_text=question if text_legs else "",
             query_vector=tuple(float(x) for x in vector) if Leg.SEMANTIC in legs else None,
             scope=scope,
-            filters=filters,
+            filters=filters.model_copy(update={"chunk_kind": UNIT_KIND}),
             size=size,
         )
         result = self.index.multi_search(request)
-        return {leg: [(h.chunk_id, h.score) for h in result.hits(leg)] for leg in legs}
+        rankings = LegRankings({leg: [(h.chunk_id, h.score) for h in result.hits(leg)] for leg in legs})
+        if Leg.LEXICAL in legs:
+            sections = self.index.multi_search(
+                MultiSearchRequest(
+                    query_text=question,
+                    query_vector=None,
+                    scope=scope,
+                    filters=filters.model_copy(update={"chunk_kind": SECTION_KIND}),
+                    size=size,
+                )
+            )
+            rankings.section_lexical = [_section_of_key(h.document_version_id) for h in sections.hits(Leg.LEXICAL)]
+        return rankings
 
     def _filters(self, where: Mapping[str, Any] | None) -> tuple[ScopeFilter, SearchFilters]:
         where = dict(where or {})
@@ -180,39 +198,48 @@ class CorpusRetriever:
         )
         return scope, filters
 
-    def _ranked_hits(self, rankings: Mapping[Leg, list[tuple[int, float]]], *, skip_hashes: set[str]) -> list[Hit]:
-        """Chunks by RRF of their own ranks plus section_weight x RRF of their section's ranks.
+    def _ranked_hits(self, rankings: LegRankings, *, skip_hashes: set[str]) -> list[Hit]:
+        """Absätze by RRF of their own ranks plus section_weight x RRF of their section's ranks.
 
-        A section's rank in a leg is where its first Absatz appears, so a § counts once per
-        leg however many Absätze it has: a long § with many weak matches gains nothing.
+        A section's rank in a leg is its natural document-level score: BM25 over the whole §
+        for the lexical leg (query words spread over several Absätze add up), and its best
+        Absatz for the semantic and identifier legs (max-passage). A § counts once per leg,
+        so a long § with many weak matches gains nothing from its length.
         """
-        units = self.units.by_chunk_ids(cid for ranking in rankings.values() for cid, _ in ranking)
+        units = self.units.by_chunk_ids(cid for ranking in rankings.absaetze.values() for cid, _ in ranking)
         candidates: dict[int, Candidate] = {}
-        section_score: dict[tuple[str, str], float] = {}
-        for leg, ranking in rankings.items():
-            weight, seen = self.weights.of(leg), set()
+        for leg, ranking in rankings.absaetze.items():
             for rank, (chunk_id, leg_score) in enumerate(ranking):
-                unit = units.get(chunk_id)
-                if unit is None:
+                if chunk_id not in units:
                     continue
                 candidate = candidates.setdefault(chunk_id, Candidate(chunk_id))
-                candidate.score += weight / (self.weights.rrf_k + rank)
+                candidate.score += self.weights.of(leg) / (self.weights.rrf_k + rank)
                 candidate.kinds.append(leg.value)
                 if leg is Leg.SEMANTIC:
                     candidate.cosine = self._cosine(leg_score)
-                key = (unit.container_id, unit.section_id)
-                if key not in seen:
-                    section_score[key] = section_score.get(key, 0.0) + weight / (self.weights.rrf_k + len(seen))
-                    seen.add(key)
+        section_score = self._section_scores(rankings, units)
         hits = []
         for candidate in candidates.values():
             unit = units[candidate.chunk_id]
             if unit.text_hash in skip_hashes:
                 continue
-            score = candidate.score + self.weights.section_weight * section_score[(unit.container_id, unit.section_id)]
+            evidence = section_score.get((unit.container_id, unit.section_id), 0.0)
+            score = candidate.score + self.weights.section_weight * evidence
             hits.append(unit_hit(unit, score=score, rank_score=candidate.cosine, kinds=candidate.kinds))
         hits.sort(key=lambda h: h["score"], reverse=True)
         return hits
+
+    def _section_scores(self, rankings: LegRankings, units: Mapping[int, CorpusUnit]) -> dict[tuple[str, str], float]:
+        scores: dict[tuple[str, str], float] = {}
+        for leg, ranking in rankings.absaetze.items():
+            if leg is Leg.LEXICAL and rankings.section_lexical:
+                sections = rankings.section_lexical
+            else:
+                keys = ((units[c].container_id, units[c].section_id) for c, _ in ranking if c in units)
+                sections = list(dict.fromkeys(keys))
+            for rank, key in enumerate(sections):
+                scores[key] = scores.get(key, 0.0) + self.weights.of(leg) / (self.weights.rrf_k + rank)
+        return scores
 
     def _with_rank_scores(self, hits: list[Hit], vector: np.ndarray) -> list[Hit]:
         """rank_score = plain cosine of question and chunk for every hit that has none yet."""
@@ -302,6 +329,11 @@ class CorpusRetriever:
             "strong_result_count": len(strong),
             "threshold": threshold,
         }
+
+
+def _section_of_key(key: str) -> tuple[str, str]:
+    container, _, section = key.rpartition("|")
+    return container, section
 
 
 def _section_of(hit: Hit) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from ki_query.federated_ranking import Hit, fuse, hit_corpus, named_corpus_first, quota_cut
+from ki_query.federated_ranking import Hit, fuse, named_corpus_first, quota_cut
 
 log = logging.getLogger(__name__)
 
@@ -380,10 +380,3 @@ def _with_kinds(hit: Hit, kinds: Iterable[str]) -> list[str]:
     held = list(hit.get("retrieval_kinds") or ())
     return held + [k for k in kinds if k not in held]
 
-
-def hits_by_corpus(hits: Iterable[Hit]) -> dict[str | None, int]:
-    """How many hits each corpus contributed (for --explain and diagnostics)."""
-    counts: dict[str | None, int] = {}
-    for hit in hits:
-        counts[hit_corpus(hit)] = counts.get(hit_corpus(hit), 0) + 1
-    return counts

@@ -16,16 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from ki_core.identifiers import extract, normalize_law
+from ki_query.corpus_errors import ProviderConfigError
 from ki_query.federation import Address
 
 # A range "§§ 11-14" is expanded to its sections only when it is short: a long range is a
 # block of rules, and the federation fetches at most max_verweis_normen targets anyway.
 MAX_RANGE_EXPANSION = 10
 _RANGE = re.compile(r"^(§§|Art\.)\s*(\d+)\s*-\s*(\d+)$")
-
-
-class ProviderConfigError(ValueError):
-    """A provider's data file is missing or malformed; the message names the file and entry."""
 
 
 # ------------------------------------------------------------------ law names

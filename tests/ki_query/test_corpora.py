@@ -19,8 +19,10 @@ from ki_core.db import make_engine, session_factory
 from ki_core.embedding import HashingEmbedder
 from ki_core.models.corpora import Corpus, CorpusKind, CorpusUnit
 from ki_core.search import open_index
-from ki_query.corpora import CorpusEmbeddingMismatch, CorpusRegistry, FirmIndexCorpus, UnknownCorpus
-from ki_query.corpus_loader import CorpusLoadError, load_corpus, split_text
+from ki_core.search.types import SearchFilters
+from ki_query.corpora import CorpusRegistry, FirmIndexCorpus
+from ki_query.corpus_errors import CorpusEmbeddingMismatch, CorpusLoadError, UnknownCorpus
+from ki_query.corpus_loader import load_corpus, split_text
 from ki_query.corpus_retriever import CorpusRetriever, HybridWeights
 from ki_query.corpus_units import UnitStore
 from ki_query.federation import FederatedRetriever
@@ -129,7 +131,9 @@ def test_reloading_is_idempotent_and_drops_records_no_longer_in_the_file(loaded,
     assert len(units_of(sessions, container_id="SGB V")) > 0  # other containers stay
     with open_index(settings, index_name=loaded.index_name, read_only=True) as index:
         index.ensure()
-        assert index.count() == loaded.units - 1
+        assert index.count(filters=SearchFilters(chunk_kind="chunk")) == loaded.units - 1
+        # one row per § for section-level BM25: the 18 sections of the fixture less § 931
+        assert index.count(filters=SearchFilters(chunk_kind="section")) == 17
 
 
 def test_contracts_load_the_same_way_with_a_default_container(settings, sessions, tmp_path) -> None:

@@ -329,6 +329,16 @@ def test_an_empty_reference_lookup_is_not_a_warning_and_foreign_targets_are_skip
     assert warnings_of(caplog) == []
 
 
+def test_a_reference_into_a_corpus_without_get_units_is_skipped(caplog) -> None:
+    federation = FederatedRetriever(
+        registry(firm=NoLookupRetriever(BGB)), verweise=cited_by_first_hit([Address("firm", "§ 931", "BGB")])
+    )
+    with caplog.at_level(logging.WARNING):
+        hits = federation.query(MIETE)
+    assert hits and not any("verweis" in h["retrieval_kinds"] for h in hits)
+    assert warnings_of(caplog) == []
+
+
 def test_a_cited_norm_already_found_keeps_its_rank_and_gains_verweis() -> None:
     federation = FederatedRetriever(
         registry(bgb=MemoryRetriever(BGB)), verweise=cited_by_first_hit([Address("bgb", "§ 573c", "BGB", "1")])

@@ -1,0 +1,98 @@
+"""`ki corpus load|list`: statute, contract and guideline corpora for the federation.
+
+A corpus is registered in SQL (id, kind, index name, default container, embedding
+signature and metric) and gets its own search index; `load` reads statute-format
+JSON lines (plain or .gz), one Absatz per line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ki.errors import cli_errors
+from ki_core.config import load_settings
+from ki_core.db import engine_from_settings, session_factory
+from ki_core.embedding import embedder_from_settings
+from ki_core.migrate import upgrade_to_head
+from ki_core.models.corpora import CorpusKind
+from ki_query.corpora import CorpusRegistry
+from ki_query.corpus_loader import load_corpus
+
+corpus_app = typer.Typer(help="Statute, contract and guideline corpora searched next to the firm's index.",
+                         no_args_is_help=True)
+
+
+@corpus_app.command("load")
+@cli_errors
+def load(
+    name: Annotated[str, typer.Argument(help="Corpus id, e.g. 'statutes' or 'hilfsmittel-rv'.")],
+    files: Annotated[list[Path], typer.Argument(help="Statute-format .jsonl or .jsonl.gz files.", exists=True,
+                                                dir_okay=False)],
+    kind: Annotated[CorpusKind, typer.Option(help="What the corpus holds.")] = CorpusKind.STATUTES,
+    default_container: Annotated[str | None, typer.Option(
+        "--default-container", help="The container a bare '§ 10' means (default: the only one, if one).")] = None,
+    title: Annotated[str | None, typer.Option(help="Name shown in answers and matched in questions.")] = None,
+) -> None:
+    """Register NAME and (re)load the containers in FILES into its own index. Safe to repeat."""
+    settings = load_settings()
+    upgrade_to_head(settings.database_url)
+    engine = engine_from_settings(settings)
+    embedder = embedder_from_settings(settings)
+    console = Console(stderr=True)
+    try:
+        with _progress(console) as progress:
+            task = progress.add_task(f"embedding and indexing {name}", total=None)
+            report = load_corpus(
+                settings, session_factory(engine), embedder, name, files, kind=kind,
+                default_container=default_container, title=title,
+                progress=lambda done, total: progress.update(task, completed=done, total=total),
+            )  # fmt: skip
+    finally:
+        engine.dispose()
+    Console().print(
+        f"corpus [bold]{report.corpus_id}[/]: {report.records} records -> {report.units} units "
+        f"({report.repealed_units} repealed) in {', '.join(report.containers)}; "
+        f"{report.deleted_units} stale units removed; index {report.index_name}"
+    )
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=console, transient=True)
+
+
+@corpus_app.command("list")
+@cli_errors
+def list_corpora(as_json: Annotated[bool, typer.Option("--json", help="Plain JSON.")] = False) -> None:
+    """The registered corpora with their containers, units and embedding signature."""
+    settings = load_settings()
+    engine = engine_from_settings(settings)
+    try:
+        registry = CorpusRegistry(settings, session_factory(engine), embedder_from_settings(settings))
+        diagnostics = registry.diagnostics()
+    finally:
+        engine.dispose()
+    if as_json:
+        typer.echo(json.dumps(diagnostics, indent=2, ensure_ascii=False))
+        return
+    table = Table(title="corpora")
+    for column in ("id", "kind", "containers", "default container", "units", "embedding", "index"):
+        table.add_column(column, overflow="fold")
+    for spec in diagnostics["corpora"]:
+        table.add_row(spec["id"], spec["kind"], ", ".join(spec["containers"]), spec["default_container"] or "-",
+                      str(spec["unit_count"]), f"{spec['embedding_signature']} ({spec['metric']})", spec["index_name"])
+    console = Console()
+    console.print(table)
+    if diagnostics["embedding_warning"]:
+        console.print(f"[yellow]warning:[/] {diagnostics['embedding_warning']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(corpus_app, name="corpus")

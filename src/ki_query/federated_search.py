@@ -1,0 +1,163 @@
+"""Federated search over the registered corpora and the firm's index: one call for CLI, HTTP and MCP.
+
+`FederatedSearch.from_settings(settings, firm_service=...)` wires the registry, the shipped
+providers (law-mention router and named corpora, anchor register from
+federation.anchors_file, statute Verweise) and the FederatedRetriever; `ask()` returns
+typed hits. Keep one instance per process: retrievers and indexes open lazily and stay open.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from ki_core.config import Settings
+from ki_core.embedding import Embedder
+from ki_query.corpora import CorpusRegistry, FirmIndexCorpus, FirmSearchService, UnknownCorpus
+from ki_query.federation import FederatedRetriever
+from ki_query.federation_providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise
+
+log = logging.getLogger(__name__)
+
+
+class FederatedHit(BaseModel):
+    """One hit as the surfaces show it: corpus, address, kinds and both scores."""
+
+    model_config = ConfigDict(frozen=True)
+
+    corpus_id: str
+    address: str | None
+    text: str
+    score: float
+    rank_score: float | None
+    retrieval_kinds: tuple[str, ...]
+    metadata: dict[str, Any]
+
+    @classmethod
+    def from_hit(cls, hit: dict[str, Any]) -> FederatedHit:
+        metadata = dict(hit.get("metadata") or {})
+        address = metadata.get("address") or metadata.get("title") or metadata.get("document_id")
+        return cls(
+            corpus_id=str(hit.get("corpus_id") or metadata.get("corpus_id")),
+            address=address,
+            text=str(hit.get("text") or ""),
+            score=float(hit.get("score") or 0.0),
+            rank_score=None if hit.get("rank_score") is None else float(hit["rank_score"]),
+            retrieval_kinds=tuple(hit.get("retrieval_kinds") or ()),
+            metadata=metadata,
+        )
+
+
+class FederatedAnswer(BaseModel):
+    question: str
+    hits: list[FederatedHit]
+    selection: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] | None = None
+
+
+class RestrictedRegistry:
+    """A view of a registry that offers only some corpora (`ki ask --corpus`)."""
+
+    def __init__(self, registry: CorpusRegistry, corpus_ids: Sequence[str]):
+        for corpus_id in corpus_ids:
+            registry.spec(corpus_id)  # raises UnknownCorpus for a typo
+        self.registry = registry
+        self.corpus_ids = list(corpus_ids)
+
+    def available(self) -> list[str]:
+        return [c for c in self.registry.available() if c in self.corpus_ids]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.registry, name)
+
+
+class FederatedSearch:
+    def __init__(self, settings: Settings, registry: CorpusRegistry, *, engine: Engine | None = None):
+        self.settings = settings
+        self.registry = registry
+        self._engine = engine
+        self.anchors = AnchorRegister.from_file(settings.federation.anchors_file) if settings.federation.anchors_file else None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        firm_service: FirmSearchService | None = None,
+        sessions: sessionmaker[Session] | None = None,
+        embedder: Embedder | None = None,
+    ) -> FederatedSearch:
+        from ki_core.db import engine_from_settings, session_factory
+        from ki_core.embedding import embedder_from_settings
+
+        engine = None
+        if sessions is None:
+            engine = engine_from_settings(settings)
+            sessions = session_factory(engine)
+        embedder = embedder or embedder_from_settings(settings)
+        firm = FirmIndexCorpus(firm_service, embedder=embedder) if firm_service is not None else None
+        return cls(settings, CorpusRegistry(settings, sessions, embedder, firm=firm), engine=engine)
+
+    def retriever(self, corpora: Sequence[str] | None = None) -> FederatedRetriever:
+        """A FederatedRetriever over all corpora, or only the named ones."""
+        registry: Any = RestrictedRegistry(self.registry, corpora) if corpora else self.registry
+        mentions = CorpusMentions.from_registry(registry)
+        firm_id = self.registry.firm.corpus_id if self.registry.firm else None
+        config = self.settings.federation
+        return FederatedRetriever(
+            registry,
+            router=MentionRouter(mentions, always=[firm_id] if firm_id else ()),
+            anchors=self.anchors,
+            verweise=StatuteVerweise.from_registry(registry),
+            named_corpora=mentions,
+            max_corpora_per_query=config.max_corpora_per_query,
+            min_hits_per_corpus=config.min_hits_per_corpus,
+            min_ratio=config.min_ratio,
+            max_verweis_normen=config.max_verweis_normen,
+        )
+
+    def ask(
+        self,
+        question: str,
+        principals: Sequence[str],
+        *,
+        corpora: Sequence[str] | None = None,
+        top_k: int = 8,
+        explain: bool = False,
+    ) -> FederatedAnswer:
+        """Federated hits for the caller; statute corpora are public, the firm's index needs principals."""
+        federation = self.retriever(corpora)
+        hits = federation.query(question, top_k=top_k, principals=list(principals))
+        return FederatedAnswer(
+            question=question,
+            hits=[FederatedHit.from_hit(h) for h in hits],
+            selection=federation.explain_selection(question) if explain else None,
+            diagnostics=federation.diagnostics() if explain else None,
+        )
+
+    def close(self) -> None:
+        self.registry.close()
+        if self._engine is not None:
+            self._engine.dispose()
+
+
+def firm_service_from_settings(settings: Settings) -> Any | None:
+    """The firm's RetrievalService for a CLI process, or None when it cannot be built here."""
+    try:
+        from ki_query.retrieval import retrieval_service_from_settings
+    except ImportError as exc:
+        log.warning("the firm's index is not searched: %s: %s", type(exc).__name__, exc)
+        return None
+    try:
+        return retrieval_service_from_settings(settings)
+    except Exception as exc:  # noqa: BLE001 - no firm index yet must not stop statute search
+        log.warning("the firm's index is not searched: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+__all__ = ["FederatedAnswer", "FederatedHit", "FederatedSearch", "UnknownCorpus", "firm_service_from_settings"]
