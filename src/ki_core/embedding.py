@@ -117,8 +117,8 @@ def text_key(model_input: str) -> bytes:
 
 # ------------------------------------------------------------------ offline models
 
-# One model call at a time per process: each already spreads over every core,
-# and the C engine makes no promise about concurrent calls on one handle.
+# One model call at a time per process: the C engine makes no promise about
+# concurrent calls on one handle, and parallel calls would share the same cores.
 _MODEL_LOCK = threading.Lock()
 
 
