@@ -35,7 +35,7 @@ import numpy as np
 from ki_core.search.embedded import EmbeddedIndex
 from ki_core.search.index import IndexOp
 from ki_core.search.text_index import german_analyzer
-from ki_core.search.types import AccessProjection, IndexChunk, Leg, MultiSearchRequest, ScopeFilter, SearchFilters
+from ki_core.search.types import AccessProjection, IndexChunk, Leg, MultiSearchRequest, ScopeFilter
 
 DOCUMENTS = 2_000
 PROJECTS = 50

@@ -21,7 +21,6 @@ from ki_core.config import OpenSearchSettings, RetrievalSettings
 from ki_core.search.index import (
     IDENTIFIER_TOKEN_PATTERN,
     BulkOperation,
-    DeleteOp,
     IndexOp,
     UpdateAccessOp,
     update_access_ops,
