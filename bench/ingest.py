@@ -58,6 +58,7 @@ class TimedEmbedder:
     def __init__(self, inner):
         self.inner = inner
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
         self.inputs: list[str] = []
 
     @property
@@ -69,11 +70,12 @@ class TimedEmbedder:
         return self.inner.dimensions
 
     def embed_passages(self, texts):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             return self.inner.embed_passages(texts)
         finally:
             self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.process_time() - cpu
             self.inputs.extend(texts)
 
     def embed_query(self, text):
@@ -100,13 +102,13 @@ def run(provider: str, corpus: Path, workdir: Path) -> dict:
     timed = TimedEmbedder(uncached_embedder(settings))
     timed.inner.embed_passages(["Aufwärmen des Modells."])  # model load is not pipeline time
     ctx._embedder = timed
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     summary = sync_folder(ctx, corpus, "bench")
-    total = time.perf_counter() - start
+    total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
     chunks = len(timed.inputs)
-    alone_start = time.perf_counter()
+    alone_start, alone_cpu_start = time.perf_counter(), time.process_time()
     alone_vectors = uncached_embedder(settings).embed_passages(timed.inputs)
-    alone = time.perf_counter() - alone_start
+    alone, alone_cpu = time.perf_counter() - alone_start, time.process_time() - alone_cpu_start
     assert np.isfinite(alone_vectors).all()
     reset_worker_context()
     return {
@@ -119,6 +121,9 @@ def run(provider: str, corpus: Path, workdir: Path) -> dict:
         "embedding_s": timed.seconds,
         "other_s": total - timed.seconds,
         "alone_chunks_per_s": chunks / alone if alone else float("inf"),
+        "cpu_s": total_cpu,
+        "embedding_cpu_s": timed.cpu_seconds,
+        "alone_cpu_s": alone_cpu,
     }
 
 
@@ -145,6 +150,16 @@ def main() -> None:
             f"{r['chunks_per_s']:>10.1f}{r['embedding_s']:>9.1f}{r['other_s']:>9.1f}{r['alone_chunks_per_s']:>11.1f}{ratio:>7.2f}"
         )
     print("ratio = end-to-end chunks/s divided by the embedder alone on the same inputs (target >= 0.85)")
+    print()
+    print("CPU time of this process (a fairer measure while other jobs share the cores; the models may use more threads):")
+    print(f"{'embedder':<18}{'cpu s':>8}{'embed cpu':>11}{'other cpu':>11}{'chunks/cpu-s':>14}{'alone cpu':>11}{'cpu ratio':>11}")
+    for r in rows:
+        cpu_ratio = r["alone_cpu_s"] / r["cpu_s"] if r["cpu_s"] else float("nan")
+        print(
+            f"{r['embedder']:<18}{r['cpu_s']:>8.1f}{r['embedding_cpu_s']:>11.1f}{r['cpu_s'] - r['embedding_cpu_s']:>11.1f}"
+            f"{r['chunks'] / r['cpu_s']:>14.1f}{r['alone_cpu_s']:>11.1f}{cpu_ratio:>11.2f}"
+        )
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

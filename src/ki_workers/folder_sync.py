@@ -27,6 +27,7 @@ from ki_core.models import (
 from ki_core.models.base import utcnow
 from ki_workers.context import WorkerContext
 from ki_workers.sources.local_fs import Manifest, ManifestEntry, document_key, iter_files, load_manifest
+from ki_workers.stages.record_metadata import link_project_references
 from ki_workers.stages.ingest import (
     IngestResult,
     get_or_create_project,
@@ -99,6 +100,9 @@ def sync_folder(
     seen: set[str] = set()
     with ctx.deferred_index_writes():
         _ingest_files(ctx, root, manifest, source_id, project_id, matter, summary, seen, on_file)
+    if ctx.settings.broker.eager:
+        with ctx.sessions() as session, session.begin():
+            link_project_references(session, project_id)
     summary.pruned = prune_missing(ctx, source_id, seen)
     summary.relations = link_manifest_relations(ctx, project_id, manifest)
     return summary

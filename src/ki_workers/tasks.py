@@ -55,7 +55,7 @@ def extract_metadata(version_id: str) -> str:
 
     ctx = worker_context()
     with ctx.sessions() as session, session.begin():
-        record_metadata(session, version_id, ctx.extractor())
+        record_metadata(session, version_id, ctx.extractor(), link_now=ctx.pending_versions is None)
     chunk_embed.delay(version_id)
     return version_id
 

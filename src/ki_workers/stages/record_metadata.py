@@ -28,8 +28,14 @@ from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor
 OWN_IDENTIFIER_WINDOW_CHARS = 600
 
 
-def record_metadata(session: Session, version_id: str, extractor: MetadataExtractor) -> DocumentMetadata | None:
-    """Extract, store the artifacts, apply to document and version. Idempotent."""
+def record_metadata(
+    session: Session, version_id: str, extractor: MetadataExtractor, *, link_now: bool = True
+) -> DocumentMetadata | None:
+    """Extract, store the artifacts, apply to document and version. Idempotent.
+
+    link_now=False leaves `references` edges to one link_project_references
+    pass after a batch (a folder sync), instead of one project scan per document.
+    """
     version = session.get(DocumentVersion, version_id)
     if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
         return None
@@ -41,7 +47,8 @@ def record_metadata(session: Session, version_id: str, extractor: MetadataExtrac
     _apply(session, document, version, metadata)
     version.processing_state = ProcessingState.EXTRACTED
     session.flush()
-    link_references(session, document)
+    if link_now:
+        link_references(session, document)
     return metadata
 
 
@@ -111,6 +118,35 @@ def link_references(session: Session, document: Document) -> int:
             created += _ensure_reference(session, document.id, other.id)
         if own_mine & theirs:
             created += _ensure_reference(session, other.id, document.id)
+    return created
+
+
+def link_project_references(session: Session, project_id: str) -> int:
+    """All `references` edges of a project in one pass: identifier -> the documents it names."""
+    heads = _project_heads(session, project_id)
+    documents = list(session.scalars(select(Document).where(Document.project_id == project_id)))
+    owners: dict[str, set[str]] = {}
+    for document in documents:
+        for identifier in own_identifiers(document, heads.get(document.id)):
+            owners.setdefault(identifier, set()).add(document.id)
+    existing = set(
+        session.execute(
+            select(Relation.from_document_id, Relation.to_document_id)
+            .join(Document, Document.id == Relation.from_document_id)
+            .where(Relation.kind == RelationKind.REFERENCES, Relation.from_version_id.is_(None),
+                   Document.project_id == project_id)
+        ).all()
+    )
+    created = 0
+    for document in documents:
+        for identifier in document.identifiers or []:
+            for owner in owners.get(identifier, ()):
+                if owner != document.id and (document.id, owner) not in existing:
+                    session.add(Relation(kind=RelationKind.REFERENCES, from_document_id=document.id,
+                                         to_document_id=owner, origin="identifiers"))
+                    existing.add((document.id, owner))
+                    created += 1
+    session.flush()
     return created
 
 
