@@ -283,7 +283,7 @@ def test_post_filtering_a_long_scope_ranks_exactly_like_the_term_set_filter(
 @pytest.mark.parametrize(
     "scope",
     [EVERYTHING, ScopeFilter(project_ids=frozenset({"proj-kauf"})), ScopeFilter(document_ids=frozenset({"doc-mv-2"}))],
-    ids=["dense mat-vec", "bitmap selector", "tiny bitmap"],
+    ids=["split scan", "one scan", "tiny scan"],
 )
 def test_semantic_leg_is_the_exact_top_k_inside_the_filter(
     monkeypatch: pytest.MonkeyPatch, writer: EmbeddedIndex, scope: ScopeFilter
