@@ -91,7 +91,7 @@ def test_eval_scores_each_run_overall_and_per_query_type(loaded) -> None:
     report = invoke_json(["eval", "--corpus", "statutes", "--queries", str(QUERIES), "--legs", "lexical",
                           "--legs", "semantic", "--legs", "lexical,semantic,identifier", "--json"])
     runs = {run["label"]: run for run in report["runs"]}
-    assert set(runs) == {"lexical", "semantic", "identifier,lexical,semantic"}
+    assert set(runs) == {"lexical", "semantic", "hybrid"}
     lexical = runs["lexical"]
     assert lexical["queries"] == 4 and set(lexical["by_type"]) == {"caselaw", "heading", "xref"}
     assert set(lexical["overall"]) == {"ndcg@10", "recall@10", "recall@100"}
@@ -122,3 +122,9 @@ def test_corpus_load_of_a_malformed_file_names_the_line(state, tmp_path) -> None
     result = runner.invoke(app, ["corpus", "load", "broken", str(bad)])
     assert result.exit_code == 1
     assert "bad.jsonl:1" in result.output
+
+
+def test_eval_with_an_unknown_leg_is_a_usage_error(loaded) -> None:
+    result = runner.invoke(app, ["eval", "--corpus", "statutes", "--queries", str(QUERIES), "--legs", "fuzzy"])
+    assert result.exit_code == 2
+    assert "unknown leg" in result.output

@@ -36,13 +36,17 @@ def eval_command(
 ) -> None:
     """Score a corpus's ranking, overall and per query type; exclude_ids are removed first."""
     settings = load_settings()
-    runs = [",".join(sorted(leg.value for leg in parse_legs(run))) for run in (legs or [HYBRID])]
+    runs = legs or [HYBRID]
+    try:
+        labels = [run_label(run) for run in runs]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--legs") from None
     loaded = load_queries(queries)
     engine = engine_from_settings(settings)
     registry = CorpusRegistry(settings, session_factory(engine), embedder_from_settings(settings))
     try:
         retriever = registry.retriever(corpus)
-        reports = [evaluate(retriever, loaded, label=run, k=k, legs=run) for run in runs]
+        reports = [evaluate(retriever, loaded, label=label, k=k, legs=run) for label, run in zip(labels, runs, strict=True)]
     finally:
         registry.close()
         engine.dispose()
@@ -50,6 +54,14 @@ def eval_command(
         typer.echo(json.dumps({"corpus": corpus, "runs": [r.as_dict() for r in reports]}, indent=2))
         return
     _print(corpus, reports, k)
+
+
+def run_label(legs: str) -> str:
+    """'lexical', 'semantic', 'lexical+semantic', ...; all three legs are 'hybrid'."""
+    chosen = parse_legs(legs)
+    if chosen == parse_legs(None):
+        return "hybrid"
+    return "+".join(sorted(leg.value for leg in chosen))
 
 
 def _print(corpus: str, reports: list[EvalReport], k: int) -> None:
