@@ -323,7 +323,7 @@ _PAREN_ABBR_AFTER_NAME = re.compile(
     r"(?:\((?P<a>[A-ZÄÖÜ][\w./-]{1,15})\)|--\s*(?P<b>[A-ZÄÖÜ][\w./-]{1,15})\s*--)"
 )
 _LAW_WORD = re.compile(r"[^\s]+")
-_TRAILING = ".,;:)\"'"
+_TRAILING = ".,;:)\"'?!"
 _GENERIC_ABBR = re.compile(r"[A-ZÄÖÜ][A-Za-zÄÖÜäöüß]{0,12}(?:-[A-Za-zÄÖÜäöüß]{1,8})?(?:G|O|V|VO|GB|B)")
 _LAW_YEAR = re.compile(r"\s(?:1[89]|20)\d\d(?![\d]|[.,/]\d)")
 _LAW_PAREN = re.compile(r"\s*(?:\((?P<a>[A-ZÄÖÜ][\w ./-]{1,15})\)|--\s*(?P<b>[A-ZÄÖÜ][\w./-]{1,15})\s*--)")

@@ -488,3 +488,8 @@ def test_every_law_of_the_statute_corpus_is_in_the_law_table(gii_key: str) -> No
     assert normalize_law(gii_key) != gii_key or " " not in gii_key
     assert found("§ 1", context_law=gii_key) == [f"§ 1 {normalize_law(gii_key)}"]
     assert found(f"§ 1 {normalize_law(gii_key)}") == [f"§ 1 {normalize_law(gii_key)}"]
+
+
+@pytest.mark.parametrize("text", ["Gilt § 573c Abs. 1 BGB?", "Gilt § 573c Abs. 1 BGB!", "(§ 573c Abs. 1 BGB)"])
+def test_a_citation_before_a_question_or_exclamation_mark_names_its_law(text: str) -> None:
+    assert [i.normalized for i in extract(text)] == ["§ 573c Abs. 1 BGB"]
