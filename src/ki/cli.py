@@ -10,6 +10,7 @@ from ki.commands import config as config_commands
 from ki.commands import corpus as corpus_commands
 from ki.commands import demo as demo_commands
 from ki.commands import eval as eval_commands
+from ki.commands import events as events_commands
 from ki.commands import identifiers as identifiers_commands
 from ki.commands import ingest as ingest_commands
 from ki.commands import query as query_commands
@@ -24,7 +25,7 @@ app = typer.Typer(
 )
 
 for _module in (config_commands, store_commands, demo_commands, ingest_commands, query_commands, identifiers_commands,
-                access_commands, corpus_commands, ask_commands, eval_commands):
+                access_commands, corpus_commands, ask_commands, eval_commands, events_commands):
     _module.register(app)
 
 

@@ -20,6 +20,7 @@ QUEUE_MAINTENANCE = "ki.maintenance"
 TASK_ROUTES = {
     "ki.ingest": {"queue": QUEUE_INGEST},
     "ki.process_event": {"queue": QUEUE_INGEST},
+    "ki.process_access_event": {"queue": QUEUE_ACCESS},
     "ki.extract_metadata": {"queue": QUEUE_INGEST},
     "ki.chunk_embed": {"queue": QUEUE_INDEX},
     "ki.reindex_access": {"queue": QUEUE_ACCESS},

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 from sqlalchemy import Engine, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.config import Settings
 from ki_core.grants import UnknownTarget
 from ki_core.models import EventStatus, IngestEvent, Source, SourceKind
-from ki_core.models.base import utcnow
-from ki_workers.sources.dms_events import DmsEvent, EventSchemaError, parse_event
+from ki_core.models.base import new_id, utcnow
+from ki_workers.sources.dms_events import ACCESS_EVENT_TYPES, DmsEvent, EventSchemaError, parse_event
 
 if TYPE_CHECKING:
     from ki_workers.context import WorkerContext
@@ -38,6 +39,12 @@ log = logging.getLogger(__name__)
 OPEN_STATUSES = (EventStatus.RECEIVED, EventStatus.QUEUED, EventStatus.PROCESSING)
 FINISHED_STATUSES = (EventStatus.DONE, EventStatus.PARKED, EventStatus.FAILED)
 PROCESS_EVENT_TASK = "ki.process_event"
+PROCESS_ACCESS_EVENT_TASK = "ki.process_access_event"
+
+
+def event_task_name(event_type: str) -> str:
+    """Access events have their own task, routed to the access queue in app.py."""
+    return PROCESS_ACCESS_EVENT_TASK if event_type in ACCESS_EVENT_TYPES else PROCESS_EVENT_TASK
 
 
 class UnknownSource(UnknownTarget):
@@ -84,28 +91,26 @@ def dms_source(session: Session, name: str, settings: Settings) -> Source:
 def accept_event(session: Session, source_id: str, event: DmsEvent) -> Accepted:
     """Write the event row (status received) in the caller's transaction; a known event id is a duplicate.
 
-    The caller commits, and only then dispatches (`dispatch_events`).
+    One INSERT .. ON CONFLICT DO NOTHING: a concurrent request with the same id
+    cannot slip between a check and the insert. The caller commits, and only
+    then dispatches (`dispatch_events`).
     """
-    existing = _row_by_event_id(session, source_id, event.event_id)
-    if existing is not None:
-        return Accepted(AcceptOutcome.DUPLICATE, existing.id, existing.status)
-    row = IngestEvent(
-        source_id=source_id,
-        event_id=event.event_id,
-        event_type=event.type,
-        schema_version=event.schema_version,
-        payload=event.model_dump(mode="json"),
-        status=EventStatus.RECEIVED,
-        attempts=0,
+    insert = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}[session.get_bind().dialect.name]
+    now = utcnow()
+    row_id = session.scalar(
+        insert(IngestEvent)
+        .values(
+            id=new_id(), source_id=source_id, event_id=event.event_id, event_type=event.type,
+            schema_version=event.schema_version, payload=event.model_dump(mode="json"),
+            status=EventStatus.RECEIVED, attempts=0, received_at=now, updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["source_id", "event_id"])
+        .returning(IngestEvent.id)
     )
-    try:
-        with session.begin_nested():
-            session.add(row)
-    except IntegrityError:
-        # The same id arrived concurrently and the other request won.
-        existing = _row_by_event_id(session, source_id, event.event_id)
-        return Accepted(AcceptOutcome.DUPLICATE, existing.id, existing.status)
-    return Accepted(AcceptOutcome.ACCEPTED, row.id, EventStatus.RECEIVED)
+    if row_id is not None:
+        return Accepted(AcceptOutcome.ACCEPTED, row_id, EventStatus.RECEIVED)
+    existing = _row_by_event_id(session, source_id, event.event_id)
+    return Accepted(AcceptOutcome.DUPLICATE, existing.id, existing.status)
 
 
 def _row_by_event_id(session: Session, source_id: str, event_id: str) -> IngestEvent | None:
@@ -119,7 +124,7 @@ def submit_event(settings: Settings, sessions: sessionmaker[Session], source_nam
         source = dms_source(session, source_name, settings)
         accepted = accept_event(session, source.id, event)
     if accepted.outcome is AcceptOutcome.ACCEPTED:
-        dispatch_events(settings, sessions, [accepted.row_id])
+        dispatch_events(settings, sessions, {accepted.row_id: event.type})
     return accepted
 
 
@@ -142,19 +147,20 @@ def producer(settings: Settings) -> Celery:
     return _producers[key]
 
 
-def dispatch_events(settings: Settings, sessions: sessionmaker[Session], row_ids: Iterable[str]) -> int:
-    """Hand committed event rows to the broker (or run them in-process when `broker.eager`).
+def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events: Mapping[str, str]) -> int:
+    """Hand committed event rows ({row id: event type}) to the broker, or run them here when `broker.eager`.
 
     Returns how many were handed over; a failure is logged and left to the sweep.
     """
     handed = 0
-    for row_id in row_ids:
+    for row_id, event_type in events.items():
+        task_name = event_task_name(event_type)
         if settings.broker.eager:
-            _run_in_process(sessions, row_id)
+            _run_in_process(sessions, row_id, task_name)
             handed += 1
             continue
         try:
-            producer(settings).send_task(PROCESS_EVENT_TASK, args=[row_id], retry=True, retry_policy=PUBLISH_RETRY)
+            producer(settings).send_task(task_name, args=[row_id], retry=True, retry_policy=PUBLISH_RETRY)
             _mark_queued(sessions, [row_id])
             handed += 1
         except Exception as exc:  # noqa: BLE001 - the row is durable; the sweep dispatches it again
@@ -162,13 +168,14 @@ def dispatch_events(settings: Settings, sessions: sessionmaker[Session], row_ids
     return handed
 
 
-def _run_in_process(sessions: sessionmaker[Session], row_id: str) -> None:
+def _run_in_process(sessions: sessionmaker[Session], row_id: str, task_name: str) -> None:
     """Embedded mode: the same task, run here; Celery skips on_failure when it propagates, so record it."""
     from ki_workers import tasks
 
+    task = tasks.process_access_event if task_name == PROCESS_ACCESS_EVENT_TASK else tasks.process_event
     _mark_queued(sessions, [row_id])
     try:
-        tasks.process_event.delay(row_id)
+        task.delay(row_id)
     except Exception as exc:  # noqa: BLE001 - recorded on the event row, where operators look
         finish_event(sessions, row_id, EventStatus.FAILED, _describe(exc))
         log.warning("event %s failed (%s)", row_id, _describe(exc))
@@ -272,6 +279,7 @@ def run_event(ctx: WorkerContext, row_id: str, hand_on: Callable[[Followups], No
     `hand_on` runs after the event's SQL commit and before `done` is written, so
     a worker killed in between leaves an open event that is simply run again.
     """
+    from ki_core.grants import InvalidPrincipal
     from ki_workers.sources.dms import PermanentEventError, apply_event
 
     with event_lease(ctx.engine, row_id) as held:
@@ -282,7 +290,7 @@ def run_event(ctx: WorkerContext, row_id: str, hand_on: Callable[[Followups], No
             return "skipped"
         try:
             followups = apply_event(ctx, claimed.source, claimed.event)
-        except PermanentEventError as exc:
+        except (PermanentEventError, InvalidPrincipal) as exc:
             finish_event(ctx.sessions, row_id, EventStatus.PARKED, f"{type(exc).__name__}: {exc}")
             return "parked"
         hand_on(followups)
@@ -311,17 +319,24 @@ def _describe(exc: BaseException) -> str:
 # -------------------------------------------------------------- operators
 
 
-def open_events_older_than(session: Session, age: timedelta, limit: int = 1000) -> list[str]:
-    """Accepted, not finished, untouched for `age`: a lost message or a killed worker."""
+def open_events_older_than(session: Session, age: timedelta, limit: int = 1000) -> list[tuple[str, EventStatus, str]]:
+    """(row id, status, type) of events accepted, not finished and untouched for `age`."""
     cutoff = utcnow() - age
-    return list(
-        session.scalars(
-            select(IngestEvent.id)
+    return [
+        (row_id, status, event_type)
+        for row_id, status, event_type in session.execute(
+            select(IngestEvent.id, IngestEvent.status, IngestEvent.event_type)
             .where(IngestEvent.status.in_(OPEN_STATUSES), IngestEvent.updated_at < cutoff)
             .order_by(IngestEvent.received_at)
             .limit(limit)
         )
-    )
+    ]
+
+
+def lease_is_free(engine: Engine, row_id: str) -> bool:
+    """Nobody runs the event now: a `processing` row with a free lease lost its worker."""
+    with event_lease(engine, row_id) as held:
+        return held
 
 
 def list_events(

@@ -84,6 +84,8 @@ class IngressState:
     settings: Settings
     sessions: sessionmaker[Session]
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    # name -> Source row id, looked up (or created) on a source's first event
+    source_ids: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.requests = Counter(
@@ -170,7 +172,7 @@ async def _receive(state: IngressState, source: str, request: Request) -> Respon
             {"status": "duplicate", "event_id": event.event_id, "id": accepted.row_id, "event_status": str(accepted.status)},
             status_code=200,
         )
-    await run_in_threadpool(dispatch_events, settings, state.sessions, [accepted.row_id])
+    await run_in_threadpool(dispatch_events, settings, state.sessions, {accepted.row_id: event.type})
     return JSONResponse({"status": "accepted", "event_id": event.event_id, "id": accepted.row_id}, status_code=202)
 
 
@@ -198,8 +200,10 @@ def store_event(state: IngressState, source_name: str, event) -> Accepted:
     """The event row, committed: after this returns, the event cannot be lost."""
     try:
         with state.sessions() as session, session.begin():
-            source = dms_source(session, source_name, state.settings)
-            return accept_event(session, source.id, event)
+            source_id = state.source_ids.get(source_name)
+            if source_id is None:
+                source_id = state.source_ids[source_name] = dms_source(session, source_name, state.settings).id
+            return accept_event(session, source_id, event)
     except DATABASE_ERRORS as exc:
         log.warning("event %s not stored (%s)", event.event_id, type(exc).__name__)
         raise InboxUnavailable("the event store is unavailable; retry later") from exc

@@ -24,6 +24,7 @@ from ki_core.models import (
     Chunk,
     Document,
     DocumentVersion,
+    EventStatus,
     IngestEvent,
     ObservationState,
     ProcessingState,
@@ -33,27 +34,44 @@ from ki_core.models import (
 from ki_core.models.base import utcnow
 from ki_core.search.types import ScopeFilter, SearchFilters
 from ki_workers.context import WorkerContext
-from ki_workers.event_inbox import dispatch_events, open_events_older_than
+from ki_workers.app import QUEUE_ACCESS, QUEUE_INDEX, QUEUE_INGEST
+from ki_workers.event_inbox import dispatch_events, lease_is_free, open_events_older_than
+from ki_workers.sources.dms_events import ACCESS_EVENT_TYPES
 from ki_workers.stages.access import stale_access_versions
 from ki_workers.stages.embed_index import index_versions
 
 
 def run_sweep(ctx: WorkerContext) -> dict:
-    return {**redrive_versions(ctx), "events_redispatched": redispatch_events(ctx)}
+    idle = idle_queues(ctx)
+    return {**redrive_versions(ctx, idle), "events_redispatched": redispatch_events(ctx, idle=idle)}
 
 
-def redrive_versions(ctx: WorkerContext) -> dict:
+def idle_queues(ctx: WorkerContext) -> set[str]:
+    """Queues with no message waiting. Work older than the delay while its queue still holds a
+    backlog is most likely waiting its turn, not lost: sending it again would only multiply the
+    backlog (every sweep would add another copy of every waiting item)."""
+    queues = {QUEUE_INGEST, QUEUE_INDEX, QUEUE_ACCESS}
+    if ctx.settings.broker.eager:
+        return queues
+    from ki_workers.telemetry import queue_depths, redis_client
+
+    return {queue for queue, depth in queue_depths(redis_client(ctx.settings)).items() if depth == 0} & queues
+
+
+def redrive_versions(ctx: WorkerContext, idle: set[str] | None = None) -> dict:
     from ki_workers import tasks
 
+    idle = idle_queues(ctx) if idle is None else idle
     with ctx.sessions() as session:
-        stale = stale_access_versions(session)
+        stale = stale_access_versions(session) if QUEUE_ACCESS in idle else []
         cutoff = utcnow() - timedelta(seconds=ctx.settings.sweep.stuck_version_after_seconds)
+        states = [s for s, q in ((ProcessingState.CONVERTED, QUEUE_INGEST), (ProcessingState.EXTRACTED, QUEUE_INDEX)) if q in idle]
         stuck = session.execute(
             select(DocumentVersion.id, DocumentVersion.processing_state).where(
-                DocumentVersion.processing_state.in_([ProcessingState.CONVERTED, ProcessingState.EXTRACTED]),
+                DocumentVersion.processing_state.in_(states),
                 DocumentVersion.updated_at < cutoff,
             )
-        ).all()
+        ).all() if states else []
     if stale:
         tasks.reindex_access.delay(stale)
     for version_id, state in stuck:
@@ -61,19 +79,36 @@ def redrive_versions(ctx: WorkerContext) -> dict:
     return {"access_redriven": len(stale), "stages_redriven": len(stuck)}
 
 
-def redispatch_events(ctx: WorkerContext, older_than: timedelta | None = None) -> int:
-    """Dispatch open events untouched for `older_than` again; returns how many.
+def redispatch_events(ctx: WorkerContext, older_than: timedelta | None = None, idle: set[str] | None = None) -> int:
+    """Dispatch again the open events, untouched for `older_than`, whose message is lost; returns how many.
 
-    Their `updated_at` is touched first, so the next sweep waits a full delay
-    again; a copy that meets the event still running on a live worker finds
-    its lease taken and does nothing.
+    Lost means: `received` (never handed to the broker), `processing` with a
+    free lease (its worker died), or `queued` while the ingest queue is empty
+    (nothing is waiting, so the message is gone). Their `updated_at` is touched,
+    so the next sweep waits a full delay again.
     """
     age = older_than if older_than is not None else timedelta(seconds=ctx.settings.sweep.event_redispatch_after_seconds)
+    idle = idle_queues(ctx) if idle is None else idle
+    with ctx.sessions() as session:
+        candidates = open_events_older_than(session, age)
+    lost = {row_id: event_type for row_id, status, event_type in candidates if _message_lost(ctx, row_id, status, event_type, idle)}
+    if not lost:
+        return 0
     with ctx.sessions() as session, session.begin():
-        row_ids = open_events_older_than(session, age)
-        if row_ids:
-            session.execute(update(IngestEvent).where(IngestEvent.id.in_(row_ids)).values(updated_at=utcnow()))
-    return dispatch_events(ctx.settings, ctx.sessions, row_ids) if row_ids else 0
+        session.execute(update(IngestEvent).where(IngestEvent.id.in_(list(lost))).values(updated_at=utcnow()))
+    return dispatch_events(ctx.settings, ctx.sessions, lost)
+
+
+def _message_lost(ctx: WorkerContext, row_id: str, status: EventStatus, event_type: str, idle: set[str]) -> bool:
+    if status == EventStatus.RECEIVED:
+        return True
+    if status == EventStatus.PROCESSING:
+        return lease_is_free(ctx.engine, row_id)
+    return event_queue(event_type) in idle
+
+
+def event_queue(event_type: str) -> str:
+    return QUEUE_ACCESS if event_type in ACCESS_EVENT_TYPES else QUEUE_INGEST
 
 
 # ----------------------------------------------------------------- reconcile

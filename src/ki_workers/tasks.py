@@ -108,6 +108,14 @@ def process_event(event_row_id: str) -> str:
     return run_event(worker_context(), event_row_id, hand_on=_hand_on)
 
 
+@shared_task(name="ki.process_access_event", base=EventTask, **EVENT_TASK_OPTIONS)
+def process_access_event(event_row_id: str) -> str:
+    """The same for ACL, group, project and delete events, on the access queue (never behind uploads)."""
+    from ki_workers.event_inbox import run_event
+
+    return run_event(worker_context(), event_row_id, hand_on=_hand_on)
+
+
 def _hand_on(followups) -> None:
     from ki_workers.sources.dms import batched
 

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from ki_core.config import Settings, get_settings
 from ki_core.models import DocumentVersion, EventStatus, IngestEvent, ProcessingState
 from ki_core.models.base import utcnow
+from ki_workers.sources.dms_events import ACCESS_EVENT_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,6 @@ TASK_STATES_KEY = KEY_PREFIX + "task_states"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # kombu's Redis transport keeps one list per priority step: "name", "name\x06\x163", ...
 PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
-ACCESS_EVENT_TYPES = ("acl.changed", "group.changed", "project.changed", "document.deleted")
 LAG_WINDOW = timedelta(minutes=15)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -94,12 +96,20 @@ def test_an_accepted_event_is_a_committed_row_and_then_a_message(client, committ
 
 
 def test_a_repeated_event_id_is_acknowledged_as_a_duplicate_and_enqueued_once(client, committed_pg_url, redis_client) -> None:
-    data = acl_changed("A-1", [{"principal": "alice"}])
+    data = upserted("A-1")
     assert post(client, data).status_code == 202
     again = post(client, data)
     assert again.status_code == 200 and again.json()["status"] == "duplicate"
     assert len(rows(committed_pg_url, data["event_id"])) == 1
     assert len(queued_messages(redis_client)) == 1
+
+
+def test_access_events_go_to_the_access_queue_never_behind_uploads(client, committed_pg_url, redis_client) -> None:
+    data = acl_changed("A-1", [{"principal": "alice"}])
+    assert post(client, data).status_code == 202
+    [row] = rows(committed_pg_url, data["event_id"])
+    assert queued_messages(redis_client, "ki.access") == [("ki.process_access_event", [row.id])]
+    assert queued_messages(redis_client, "ki.ingest") == []
 
 
 def test_the_previous_secret_still_verifies_during_a_rotation(client) -> None:
@@ -204,7 +214,7 @@ def test_metrics_show_events_queues_latency_and_lag(client, redis_client) -> Non
     record_task(redis_client, "ki.chunk_embed", 0.7, "SUCCESS")
     text = client.get("/metrics").text
     assert 'ki_events{status="queued",type="document.upserted"}' in text
-    assert 'ki_queue_depth{queue="ki.ingest"} 2.0' in text
+    assert 'ki_queue_depth{queue="ki.ingest"} 1.0' in text and 'ki_queue_depth{queue="ki.access"} 1.0' in text
     assert 'ki_task_seconds_bucket{le="1.0",task="ki.chunk_embed"} 1.0' in text
     assert 'ki_task_runs_total{state="SUCCESS",task="ki.chunk_embed"} 1.0' in text
     assert 'ki_webhook_requests_total{outcome="404",source="(unknown)"} 1.0' in text
@@ -219,3 +229,9 @@ def test_the_openapi_document_carries_the_event_schema(client) -> None:
     assert {"DmsEvent", "DocumentUpserted", "AclChanged", "SourceListing"} <= set(schemas)
     body = document["paths"]["/webhooks/{source}"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/DmsEvent"}
+
+
+def test_a_worker_process_never_loads_the_web_stack() -> None:
+    probe = "import sys, ki_workers.tasks, ki_workers.sweep; print(sorted(m for m in ('fastapi', 'starlette', 'ki') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -20,7 +20,7 @@ from ki_workers import tasks
 from ki_workers.app import beat_schedule, celery_config
 from ki_workers.event_inbox import accept_event, dms_source
 from ki_workers.sources.dms_events import parse_event
-from ki_workers.sweep import reconcile_index, redispatch_events, run_sweep
+from ki_workers.sweep import idle_queues, reconcile_index, redispatch_events, run_sweep
 from tests.ki_workers.dms_support import SECRET, SOURCE, TEXT, acl_changed, envelope, upserted
 from tests.ki_workers.test_dms_events import submit, version_of
 
@@ -61,6 +61,24 @@ def test_events_whose_message_was_lost_are_dispatched_again_after_the_delay(dms)
     assert status_of(dms, recent) == (EventStatus.QUEUED, 0, None), "younger than the delay: left alone"
     assert version_of(dms, "A-1") is not None
     assert redispatch_events(dms) == 0, "nothing left to re-dispatch"
+
+
+def test_while_the_ingest_queue_has_a_backlog_only_events_never_handed_over_are_dispatched(dms) -> None:
+    waiting = accepted_without_dispatch(dms, upserted("A-1"))
+    never_sent = accepted_without_dispatch(dms, upserted("A-2", text=TEXT + " Zwei."), status=EventStatus.RECEIVED)
+    assert redispatch_events(dms, idle=set()) == 1, "a backlog: the queued event is waiting its turn, not lost"
+    assert status_of(dms, waiting)[0] == EventStatus.QUEUED
+    assert status_of(dms, never_sent)[0] == EventStatus.DONE
+
+
+@pytest.mark.redis
+def test_a_queue_with_waiting_messages_is_not_idle(dms, redis_url, redis_client, monkeypatch) -> None:
+    monkeypatch.setenv("KI_BROKER__URL", redis_url)
+    monkeypatch.setenv("KI_BROKER__EAGER", "false")
+    get_settings.cache_clear()
+    dms.settings = get_settings()
+    redis_client.lpush("ki.index", b"{}")
+    assert idle_queues(dms) == {"ki.ingest", "ki.access"}
 
 
 def test_an_event_that_keeps_losing_its_worker_is_failed_after_the_attempt_limit(dms) -> None:

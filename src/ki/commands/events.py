@@ -126,8 +126,9 @@ def redrive(reference: str = typer.Argument(..., help="Row id (from `ki events l
     settings = load_settings()
     ctx = worker_context()
     with ctx.sessions() as session, session.begin():
-        row_id = reopen_event(session, reference).id
-    dispatch_events(settings, ctx.sessions, [row_id])
+        row = reopen_event(session, reference)
+        row_id, event_type = row.id, row.event_type
+    dispatch_events(settings, ctx.sessions, {row_id: event_type})
     with ctx.sessions() as session:
         row = session.get(IngestEvent, row_id)
         console.print(f"event {row.event_id} ({row.event_type}): {row.status.value}" + (f" - {row.error}" if row.error else ""))

@@ -199,6 +199,8 @@ EVENT_TYPES: tuple[str, ...] = (
     "decision.recorded",
     "source.listing",
 )
+# Events that change who sees what: processed on the access queue, never behind a backlog of uploads.
+ACCESS_EVENT_TYPES: tuple[str, ...] = ("acl.changed", "group.changed", "project.changed", "document.deleted")
 
 
 # ------------------------------------------------------------ validation
