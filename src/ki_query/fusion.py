@@ -97,6 +97,24 @@ def apply_boost(candidates: list[Candidate], boosts: Mapping[str, float]) -> lis
     return sorted(candidates, key=fused_order)
 
 
+def prefix_covering(candidates: Sequence[Candidate], documents: int, start: int = 0) -> int:
+    """End of the shortest prefix (at least `start` long) of best-first candidates naming `documents`
+    distinct documents, extended over candidates tied with its last score.
+
+    Collapsing such a prefix gives exactly the head of the collapse of the whole list: every
+    candidate left out scores lower than all that were kept, and ties stay together, so no
+    document's winner, and no document's place, depends on what was left out.
+    """
+    seen = {c.document_id for c in candidates[:start]}
+    end = start
+    while end < len(candidates) and len(seen) < documents:
+        seen.add(candidates[end].document_id)
+        end += 1
+    while 0 < end < len(candidates) and candidates[end].score == candidates[end - 1].score:
+        end += 1
+    return end
+
+
 def _collapse_order(candidate: Candidate) -> tuple[float, bool, int]:
     return (-candidate.score, not candidate.is_latest_final, candidate.chunk_id)
 

@@ -35,6 +35,7 @@ from ki_query.fusion import (
     apply_boost,
     collapse,
     mark_identifier_matches,
+    prefix_covering,
     rerank_prefix,
     rrf,
 )
@@ -67,6 +68,9 @@ from ki_query.verification import (
 )
 
 SessionSource = Session | Callable[[], Session]
+# The first verification batch covers this many documents per wanted hit: re-verification drops
+# few candidates in practice, and a second batch costs three more round-trips.
+VERIFY_FIRST_FACTOR = 2
 # A filter-only page fetches at least this many versions per index call: re-verification may
 # drop a few, and a second round-trip for one missing row costs more than fetching spares.
 FILTER_FETCH_MIN = 50
@@ -117,12 +121,29 @@ class RetrievalService:
     # ------------------------------------------------------------------ search
 
     def search(self, request: SearchRequest, principals: Iterable[str]) -> SearchResponse:
+        """The query path, steps 1-8 of spec/retrieval.md; raises WindowTooDeep before any work."""
         check_window(request.offset, request.limit)
         filters = check_filters(request.filters)
         principals = _as_list(principals)
         clock = StepClock()
         scope = self.access.compile_scope(principals, project_id=filters.project_id)
         clock.lap("scope")
+        candidates = self._ranked_candidates(request, filters, scope, clock)
+        with self._session() as session:
+            viewer = self._viewer(session, scope, principals)
+            ranked, verified, texts = self._verified_ranking(session, viewer, request, candidates, clock)
+            page = ranked[request.offset : request.window]
+            explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
+        hits = tuple(
+            _hit(c, verified[c.chunk_id], excerpt(texts.get(c.chunk_id, ""), request.query), explanations.get(c.chunk_id))
+            for c in page
+        )
+        return SearchResponse(hits=hits, has_more=len(ranked) > request.window, timings=clock.timings())
+
+    def _ranked_candidates(
+        self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, clock: StepClock
+    ) -> list[Candidate]:
+        """Steps 2-5: one embedding, one multi-search sized for the whole window, RRF, status boost."""
         vector = self.embedder.embed_query(request.query)
         clock.lap("embed")
         result = self.index.multi_search(
@@ -137,27 +158,40 @@ class RetrievalService:
         clock.lap("legs")
         candidates = self._fuse(result.legs, request.query)
         clock.lap("fusion")
-        with self._session() as session:
-            viewer = self._viewer(session, scope, principals)
-            verified = verify_candidates(session, viewer, candidates)
+        return candidates
+
+    def _verified_ranking(
+        self, session: Session, viewer: Viewer, request: SearchRequest, candidates: list[Candidate], clock: StepClock
+    ) -> tuple[list[Candidate], dict[int, VerifiedChunk], dict[int, str]]:
+        """Steps 6-7: SQL re-verification with citations, collapse, rerank of the prefix.
+
+        Candidates are verified best first, in batches, until the collapsed list holds the
+        window plus one (has_more) or nothing is left: everything below the verified
+        prefix ranks after it (fusion.prefix_covering), so the page is the one verifying
+        every candidate would give, and a first page verifies a few dozen rows, not
+        every row the oversampled legs returned. Chunk texts are read only for what is
+        shown (and what the reranker reads).
+        """
+        wanted = max(request.window, RERANK_PREFIX if self._rerank_on else 0) + 1
+        verified: dict[int, VerifiedChunk] = {}
+        ranked: list[Candidate] = []
+        end, documents = 0, VERIFY_FIRST_FACTOR * wanted
+        while end < len(candidates) and len(ranked) < wanted:
+            start, end = end, prefix_covering(candidates, documents, end)
+            verified |= verify_candidates(session, viewer, candidates[start:end])
             clock.lap("verify")
-            ranked = self._collapse(candidates, verified)
+            ranked = self._collapse(candidates[:end], verified)
             clock.lap("collapse")
-            shown = [*ranked[:RERANK_PREFIX], *ranked[request.offset : request.window]] if self._rerank_on else (
-                ranked[request.offset : request.window]
-            )
-            texts = chunk_texts(session, {c.chunk_id for c in shown})
-            clock.lap("verify")
-            if self._rerank_on:
-                ranked = self._rerank(request.query, ranked, verified, texts)
-                clock.lap("rerank")
-            page = ranked[request.offset : request.window]
-            explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
-        hits = tuple(
-            _hit(c, verified[c.chunk_id], excerpt(texts.get(c.chunk_id, ""), request.query), explanations.get(c.chunk_id))
-            for c in page
-        )
-        return SearchResponse(hits=hits, has_more=len(ranked) > request.window, timings=clock.timings())
+            documents *= 2
+        shown = ranked[request.offset : request.window]
+        if self._rerank_on:
+            shown = [*ranked[:RERANK_PREFIX], *shown]
+        texts = chunk_texts(session, {c.chunk_id for c in shown})
+        clock.lap("verify")
+        if self._rerank_on:
+            ranked = self._rerank(request.query, ranked, verified, texts)
+            clock.lap("rerank")
+        return ranked, verified, texts
 
     def _fuse(self, legs, query: str) -> list[Candidate]:
         retrieval = self.settings.retrieval

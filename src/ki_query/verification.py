@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.orm import Session
 
 from ki_core.acl import Viewer, in_set, visible_versions
@@ -69,95 +69,95 @@ class _Observed:
 
 
 def verify_candidates(session: Session, viewer: Viewer, candidates: Iterable[Candidate]) -> dict[int, VerifiedChunk]:
-    """{chunk_id: VerifiedChunk} for the candidates that pass; the rest simply are not there."""
+    """{chunk_id: VerifiedChunk} for the candidates that pass; the rest simply are not there.
+
+    Three round-trips: the chunk rows with their version, document and project;
+    visibility (ki_core.acl.visible_versions); the citable observations.
+    """
     wanted = {c.chunk_id: c for c in candidates}
     if not wanted or viewer.sees_nothing:
         return {}
-    rows = _chunk_rows(session, list(wanted))
-    consistent = {
-        chunk_id: row for chunk_id, row in rows.items() if _agrees(row, wanted[chunk_id])
+    rows = {}
+    for chunk_id, chunk_version, chunk_document, locus, *described in session.execute(
+        _described(
+            select(Chunk.id, Chunk.version_id, Chunk.document_id, Chunk.locus)
+            .join(DocumentVersion, DocumentVersion.id == Chunk.version_id)
+        ).where(Chunk.id.in_(list(wanted)))
+    ):
+        facts = _Described(*described)
+        if _agrees(wanted[chunk_id], chunk_version, chunk_document, facts):
+            rows[chunk_id] = (locus, facts)
+    visible = visible_versions(session, viewer, {facts.version.id for _, facts in rows.values()})
+    sources = citable_sources(session, viewer, visible)
+    return {
+        chunk_id: VerifiedChunk(chunk_id=chunk_id, locus=locus, facts=facts.with_sources(*sources[facts.version.id]))
+        for chunk_id, (locus, facts) in rows.items()
+        if facts.version.id in sources
     }
-    facts = version_facts(session, viewer, {row.version_id for row in consistent.values()})
-    verified = {}
-    for chunk_id, row in consistent.items():
-        version = facts.get(row.version_id)
-        if version is not None:
-            verified[chunk_id] = VerifiedChunk(chunk_id=chunk_id, locus=row.locus, facts=version)
-    return verified
 
 
-@dataclass(frozen=True)
-class _ChunkRow:
-    version_id: str
-    document_id: str
-    version_document_id: str
-    project_id: str
-    locus: str | None
-
-
-def _chunk_rows(session: Session, chunk_ids: list[int]) -> dict[int, _ChunkRow]:
-    stmt = (
-        select(Chunk.id, Chunk.version_id, Chunk.document_id, DocumentVersion.document_id, Document.project_id, Chunk.locus)
-        .join(DocumentVersion, DocumentVersion.id == Chunk.version_id)
-        .join(Document, Document.id == DocumentVersion.document_id)
-        .where(Chunk.id.in_(chunk_ids))
-    )
-    return {chunk_id: _ChunkRow(*rest) for chunk_id, *rest in session.execute(stmt)}
-
-
-def _agrees(row: _ChunkRow, candidate: Candidate) -> bool:
+def _agrees(candidate: Candidate, chunk_version: str, chunk_document: str, facts: _Described) -> bool:
     """The index's document, version and project are the ones SQL holds for the chunk."""
     return (
-        row.version_id == candidate.version_id
-        and row.document_id == candidate.document_id == row.version_document_id
-        and row.project_id == candidate.project_id
+        candidate.version_id == chunk_version == facts.version.id
+        and candidate.document_id == chunk_document == facts.document.id
+        and candidate.project_id == facts.project.id
     )
 
 
 # ------------------------------------------------------------------ versions
 
 
+_VERSION_COLUMNS = (
+    DocumentVersion.id, DocumentVersion.seq, DocumentVersion.version_label, DocumentVersion.status,
+    DocumentVersion.doc_date, DocumentVersion.language,
+    Document.id, Document.key, Document.title, Document.latest_final_version_id,
+    Project.id, Project.name, Project.title,
+)
+
+
+def _described(stmt: Select) -> Select:
+    """Add a version's citation columns (never its full text) to a select that reaches DocumentVersion."""
+    return (
+        stmt.add_columns(*_VERSION_COLUMNS)
+        .join(Document, Document.id == DocumentVersion.document_id)
+        .join(Project, Project.id == Document.project_id)
+    )
+
+
+class _Described:
+    """A version, its document and project as citations show them, from one row of _VERSION_COLUMNS."""
+
+    def __init__(self, version_id, seq, label, status, doc_date, language, document_id, key, title, latest,
+                 project_id, project_name, project_title) -> None:
+        self.version = VersionRef(id=version_id, seq=seq, label=label, status=str(status), doc_date=doc_date)
+        self.document = DocumentRef(id=document_id, key=key, title=title)
+        self.project = ProjectRef(id=project_id, name=project_name, title=project_title)
+        self.language = language
+        self.latest_final_version_id = latest
+
+    def with_sources(self, sources: tuple[SourceRef, ...], delegated: bool) -> VersionFacts:
+        return VersionFacts(
+            project=self.project, document=self.document, version=self.version, language=self.language,
+            latest_final_version_id=self.latest_final_version_id, sources=sources, delegated=delegated,
+        )
+
+
 def version_facts(session: Session, viewer: Viewer, version_ids: Collection[str]) -> dict[str, VersionFacts]:
     """Facts of the versions the viewer may see and cite; invisible or uncitable ones are absent.
 
-    Two round-trips: visibility (ki_core.acl.visible_versions) and rows with observations.
+    Three round-trips: visibility (ki_core.acl.visible_versions), the citable
+    observations, the version rows.
     """
     visible = visible_versions(session, viewer, version_ids)
     if not visible:
         return {}
     sources = citable_sources(session, viewer, visible)
-    rows = _version_rows(session, [v for v in visible if sources.get(v)])
-    return {
-        version_id: VersionFacts(
-            project=project, document=document, version=version, language=language,
-            latest_final_version_id=latest_final, sources=sources[version_id][0], delegated=sources[version_id][1],
-        )
-        for version_id, (project, document, version, language, latest_final) in rows.items()
-    }
-
-
-def _version_rows(session: Session, version_ids: list[str]) -> dict[str, tuple]:
-    if not version_ids:
+    if not sources:
         return {}
-    stmt = (
-        select(DocumentVersion, Document, Project)
-        .join(Document, Document.id == DocumentVersion.document_id)
-        .join(Project, Project.id == Document.project_id)
-        .where(in_set(DocumentVersion.id, version_ids))
-    )
-    rows = {}
-    for version, document, project in session.execute(stmt):
-        rows[version.id] = (
-            ProjectRef(id=project.id, name=project.name, title=project.title),
-            DocumentRef(id=document.id, key=document.key, title=document.title),
-            VersionRef(
-                id=version.id, seq=version.seq, label=version.version_label,
-                status=str(version.status), doc_date=version.doc_date,
-            ),
-            version.language,
-            document.latest_final_version_id,
-        )
-    return rows
+    stmt = _described(select().select_from(DocumentVersion)).where(in_set(DocumentVersion.id, sources))
+    described = [_Described(*row) for row in session.execute(stmt)]
+    return {d.version.id: d.with_sources(*sources[d.version.id]) for d in described}
 
 
 def citable_sources(

@@ -12,7 +12,9 @@ from ki_query.fusion import (
     Candidate,
     apply_boost,
     collapse,
+    fused_order,
     mark_identifier_matches,
+    prefix_covering,
     matched_identifiers,
     rerank_prefix,
     rrf,
@@ -128,6 +130,36 @@ def test_on_equal_scores_the_latest_final_version_wins_the_collapse() -> None:
 def test_without_collapse_each_document_keeps_up_to_max_chunks() -> None:
     many = [candidate(i, 1 - i / 10, "a") for i in range(5)] + [candidate(9, 0.05, "b")]
     assert [c.chunk_id for c in collapse(many, per_document=False, max_chunks=3)] == [0, 1, 2, 9]
+
+
+candidate_rows = st.lists(
+    st.tuples(st.sampled_from("abcdefg"), st.sampled_from([0.1, 0.2, 0.2, 0.3, 0.5]), st.booleans(), st.booleans()),
+    max_size=30,
+)
+
+
+@given(rows=candidate_rows, documents=st.integers(1, 8), per_document=st.booleans())
+def test_collapsing_a_covering_prefix_gives_the_head_of_collapsing_everything(
+    rows: list[tuple[str, float, bool, bool]], documents: int, per_document: bool
+) -> None:
+    """Why search may verify best-first in batches: the verified prefix's collapse is exact."""
+    candidates = sorted(
+        (candidate(i, score, doc, latest=latest) for i, (doc, score, latest, _) in enumerate(rows)), key=fused_order
+    )
+    passes = {i for i, (*_, verified) in enumerate(rows) if verified}
+    end = prefix_covering(candidates, documents)
+    whole = collapse([c for c in candidates if c.chunk_id in passes], per_document=per_document, max_chunks=2)
+    head = collapse([c for c in candidates[:end] if c.chunk_id in passes], per_document=per_document, max_chunks=2)
+    assert head == whole[: len(head)]
+    named = {c.document_id for c in candidates[:end]}
+    assert len(named) >= min(documents, len({c.document_id for c in candidates}))
+
+
+def test_a_covering_prefix_keeps_ties_together_and_can_start_later() -> None:
+    tied = [candidate(1, 0.5, "a"), candidate(2, 0.5, "b"), candidate(3, 0.5, "c"), candidate(4, 0.1, "d")]
+    assert prefix_covering(tied, 1) == 3
+    assert prefix_covering(tied, 4, start=3) == 4
+    assert prefix_covering([], 3) == 0
 
 
 # ------------------------------------------------------------------ rerank

@@ -1,0 +1,410 @@
+"""Search latency end to end and per step, at 50,000 statute chunks, for three kinds of caller.
+
+Loads every Absatz of ../shared/data/statutes and statutes-extra (about 50,000) as chunks: one
+document per §, in 100 projects, a fifth of them with a draft and a final version, one local
+file observation per version, an identifier per document ("§ 573c BGB"). SQL rows go in by bulk
+inserts into a fresh database (PostgreSQL, created and dropped here, or a SQLite file), chunks by
+the index's bulk path into the embedded backend with hashed vectors. Then it runs the full
+RetrievalService.search for
+
+    all       a member of a group allowed on every project
+    10 %      a member of a group allowed on 10 projects
+    10 % + x  the same 10 projects, minus 5 % of their documents denied to the caller, plus
+              200 documents of other projects allowed one by one and 100 DMS documents
+              elsewhere whose object ACL names the caller
+
+and prints p50/p95 of the whole search without the query embedding (the target: p95 < 100 ms),
+of each step (scope from the cache as in steady state, and compiled cold), and the number of
+SQL round-trips per search. The query embedding is timed on its own (hashing embedder here).
+
+    .venv/bin/python bench/query.py [--database-url URL | --sqlite] [--queries 200] [--dims 384]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, insert, text
+from sqlalchemy.engine import make_url
+
+from ki_core.config import Settings
+from ki_core.db import make_engine, session_factory
+from ki_core.embedding import HashingEmbedder
+from ki_core.migrate import upgrade_to_head
+from ki_core.models import (
+    AccessGeneration,
+    Chunk,
+    Document,
+    DocumentVersion,
+    Grant,
+    GroupMembership,
+    Project,
+    Source,
+    SourceObject,
+    SourceObservation,
+)
+from ki_core.search.embedded import EmbeddedIndex
+from ki_core.search.index import IndexOp
+from ki_core.search.types import IndexChunk
+from ki_query.retrieval import RetrievalService
+from ki_query.scope import AccessService
+from ki_query.types import SearchRequest
+
+PROJECTS = 100
+VISIBLE_PROJECTS = 10
+DENIED_SHARE = 0.05
+SINGLE_ALLOWS = 200
+DMS_DOCUMENTS = 100
+OTHER_USERS = 1_000
+OTHER_GROUPS = 100
+DRAFT_SHARE = 0.2
+STEPS = ("scope", "legs", "fusion", "verify", "collapse")
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+NOW = datetime.now(UTC)
+CALLERS = {"all": "user-all", "10 %": "user-ten", "10 % + x": "user-exceptions"}
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+# ------------------------------------------------------------------ corpus
+
+
+@dataclass
+class Paragraph:
+    law: str
+    section: str
+    text: str
+
+
+def load_paragraphs(data: Path) -> list[Paragraph]:
+    paragraphs = []
+    for folder in ("statutes", "statutes-extra"):
+        for path in sorted((data / folder).glob("*.jsonl.gz")):
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                for line in handle:
+                    record = json.loads(line)
+                    if re.search(r"\w", record.get("text") or ""):  # repealed ones read "-"
+                        paragraphs.append(Paragraph(record["law"], record["section"], record["text"]))
+    return paragraphs
+
+
+@dataclass
+class Rows:
+    """Everything the bench writes, as plain dicts per table, plus what the grant layouts need."""
+
+    tables: dict[type, list[dict]] = field(default_factory=dict)
+    chunks: list[IndexChunk] = field(default_factory=list)
+    projects: list[str] = field(default_factory=list)
+    documents_by_project: dict[str, list[str]] = field(default_factory=dict)
+    source_id: str = field(default_factory=new_id)
+    dms_source_id: str = field(default_factory=new_id)
+
+    def add(self, model: type, **values) -> str:
+        values.setdefault("id", new_id())
+        if hasattr(model, "created_at"):
+            values.setdefault("created_at", NOW)
+        self.tables.setdefault(model, []).append(values)
+        return values["id"]
+
+
+def build_rows(paragraphs: list[Paragraph], embedder: HashingEmbedder, rng: random.Random) -> Rows:
+    rows = Rows()
+    rows.add(Source, id=rows.source_id, name="bench-fs", kind="local_fs", config={})
+    rows.add(Source, id=rows.dms_source_id, name="bench-dms", kind="dms", config={})
+    rows.projects = [rows.add(Project, name=f"project-{p:03d}", title=f"Projekt {p}") for p in range(PROJECTS)]
+    sections: dict[tuple[str, str], list[Paragraph]] = {}
+    for paragraph in paragraphs:
+        sections.setdefault((paragraph.law, paragraph.section), []).append(paragraph)
+    keys = list(sections)
+    rng.shuffle(keys)
+    for number, key in enumerate(keys):
+        add_document(rows, number, key, sections[key], rng)
+    vectors = embedder.embed_passages([c.text for c in rows.chunks])
+    rows.chunks = [c.model_copy(update={"embedding": tuple(v.tolist())}) for c, v in zip(rows.chunks, vectors, strict=True)]
+    return rows
+
+
+def add_document(rows: Rows, number: int, key: tuple[str, str], parts: list[Paragraph], rng: random.Random) -> None:
+    law, section = key
+    project = rows.projects[number % PROJECTS]
+    identifier = f"{section} {law}"
+    document = rows.add(Document, project_id=project, key=f"{law}/{section}", title=f"{section} {law}",
+                        identifiers=[identifier], updated_at=NOW)
+    rows.documents_by_project.setdefault(project, []).append(document)
+    split = len(parts) // 2 if len(parts) > 1 and rng.random() < DRAFT_SHARE else 0
+    # A draft held the first Absätze; the final version holds them all.
+    batches = [("draft", parts[:split]), ("final", parts)] if split else [("final", parts)]
+    day = date(2015, 1, 1) + timedelta(days=rng.randrange(3650))
+    for seq, (status, chunk_parts) in enumerate(batches, 1):
+        version = rows.add(DocumentVersion, document_id=document, seq=seq, version_label=f"v{seq}", status=status,
+                          language="de", doc_date=day, content_hash=new_id(), processing_state="indexed",
+                          access_version=0, updated_at=NOW)
+        obj = rows.add(SourceObject, source_id=rows.source_id, external_id=f"{law}/{section}/v{seq}.txt",
+                       acl_known=False, title=identifier)
+        rows.add(SourceObservation, version_id=version, source_object_id=obj, state="active", observed_at=NOW)
+        for ordinal, paragraph in enumerate(chunk_parts):
+            chunk_id = len(rows.chunks) + 1
+            rows.add(Chunk, id=chunk_id, version_id=version, document_id=document, ordinal=ordinal, kind="chunk",
+                     text=paragraph.text, text_hash=str(chunk_id))
+            rows.chunks.append(IndexChunk(
+                chunk_id=chunk_id, text=paragraph.text, embedding=(), project_id=project, document_id=document,
+                document_version_id=version, version_status=status, language="de", doc_date=day,
+                chunk_kind="chunk", identifiers=(identifier,),
+            ))
+
+
+# ------------------------------------------------------------------ access layouts
+
+
+def add_access(rows: Rows, rng: random.Random) -> None:
+    """The three callers' groups and grants, plus other people's, so the tables are not trivially small."""
+    members = [("staff", CALLERS["all"]), ("team-ten", CALLERS["10 %"]), ("team-ex", CALLERS["10 % + x"])]
+    for user in range(OTHER_USERS):
+        members += [(f"other-{g:03d}", f"user-{user:05d}") for g in rng.sample(range(OTHER_GROUPS), 3)]
+    for group, member in members:
+        rows.add(GroupMembership, source_id=rows.source_id, group_principal=group, member_principal=member)
+    visible = rng.sample(rows.projects, VISIBLE_PROJECTS)
+    for project in rows.projects:
+        rows.add(Grant, scope="project", project_id=project, effect="allow", principal="staff", origin="local")
+        for g in rng.sample(range(OTHER_GROUPS), 3):
+            rows.add(Grant, scope="project", project_id=project, effect="allow", principal=f"other-{g:03d}",
+                     origin="local")
+    for project in visible:
+        for group in ("team-ten", "team-ex"):
+            rows.add(Grant, scope="project", project_id=project, effect="allow", principal=group, origin="local")
+        documents = rows.documents_by_project[project]
+        for document in rng.sample(documents, int(len(documents) * DENIED_SHARE)):
+            rows.add(Grant, scope="document", document_id=document, effect="deny", principal=CALLERS["10 % + x"],
+                     origin="local")
+    elsewhere = [d for p in rows.projects if p not in visible for d in rows.documents_by_project[p]]
+    picked = rng.sample(elsewhere, SINGLE_ALLOWS + DMS_DOCUMENTS)
+    for document in picked[:SINGLE_ALLOWS]:
+        rows.add(Grant, scope="document", document_id=document, effect="allow", principal="team-ex", origin="local")
+    move_to_dms(rows, set(picked[SINGLE_ALLOWS:]))
+
+
+def move_to_dms(rows: Rows, documents: set[str]) -> None:
+    """These documents' objects come from a DMS whose ACL names the caller (and nobody else)."""
+    versions = {v["id"] for v in rows.tables[DocumentVersion] if v["document_id"] in documents}
+    objects = {o["source_object_id"] for o in rows.tables[SourceObservation] if o["version_id"] in versions}
+    for obj in rows.tables[SourceObject]:
+        if obj["id"] in objects:
+            obj.update(source_id=rows.dms_source_id, acl_known=True)
+            rows.add(Grant, scope="source_object", source_object_id=obj["id"], effect="allow",
+                     principal=CALLERS["10 % + x"], origin="bench-dms")
+
+
+# ------------------------------------------------------------------ stores
+
+
+@contextmanager
+def fresh_database(url: str | None, folder: Path) -> Iterator[str]:
+    """A migrated database of our own: a SQLite file, or a PostgreSQL database dropped afterwards."""
+    if url is None:
+        target = f"sqlite:///{folder / 'ki.db'}"
+        upgrade_to_head(target)
+        yield target
+        return
+    name = f"ki_bench_query_{uuid.uuid4().hex[:10]}"
+    server = create_engine(url, isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    target = make_url(url).set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade_to_head(target)
+        yield target
+    finally:
+        with server.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        server.dispose()
+
+
+def write_sql(engine: Engine, rows: Rows) -> None:
+    """Multi-row INSERTs, one transaction per table: the access-summary triggers are statement-level on
+    PostgreSQL, so a driver executemany (one statement per row) would refresh the summary per row."""
+    order = [Source, Project, Document, DocumentVersion, SourceObject, SourceObservation, Chunk, GroupMembership, Grant]
+    for model in order:
+        table_rows = rows.tables.get(model, [])
+        columns = sorted({column for row in table_rows for column in row})
+        per_statement = max(1, 20_000 // max(1, len(columns)))
+        with engine.begin() as conn:
+            for start in range(0, len(table_rows), per_statement):
+                batch = [{c: row.get(c) for c in columns} for row in table_rows[start : start + per_statement]]
+                conn.execute(insert(model.__table__).values(batch))
+        analyze(engine)
+    with engine.begin() as conn:  # every document's last version is its final one
+        conn.execute(text(
+            "UPDATE documents SET latest_final_version_id = (SELECT v.id FROM document_versions v"
+            " WHERE v.document_id = documents.id ORDER BY v.seq DESC LIMIT 1)"
+        ))
+        if conn.execute(text("SELECT 1 FROM access_generation")).first() is None:
+            conn.execute(insert(AccessGeneration.__table__).values(id=1, generation=1))
+    analyze(engine)
+
+
+def analyze(engine: Engine) -> None:
+    """Statistics (and on PostgreSQL the visibility map), as autovacuum would provide after a bulk load."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE" if engine.dialect.name == "postgresql" else "ANALYZE"))
+
+
+def write_index(path: Path, rows: Rows, dims: int) -> EmbeddedIndex:
+    index = EmbeddedIndex(path, dimensions=dims, commit_batch_chunks=10_000)
+    index.ensure()
+    index.bulk(IndexOp(c) for c in rows.chunks)
+    return index
+
+
+# ------------------------------------------------------------------ measurement
+
+
+class RoundTrips:
+    """Counts statements sent to the database (each one a round-trip) and their time by statement shape."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.count = 0
+        self.time_by_statement: dict[str, list[float]] = {}
+        event.listen(engine, "before_cursor_execute", self._before)
+        event.listen(engine, "after_cursor_execute", self._after)
+
+    def _before(self, conn, _cursor, _statement, _parameters, _context, _executemany) -> None:
+        self.count += 1
+        conn.info["bench_started"] = time.perf_counter()
+
+    def _after(self, conn, _cursor, statement, _parameters, _context, _executemany) -> None:
+        shape = " ".join(statement.split())[:90]
+        elapsed = (time.perf_counter() - conn.info.pop("bench_started")) * 1000
+        self.time_by_statement.setdefault(shape, []).append(elapsed)
+
+    def report(self, top: int = 8) -> None:
+        ranked = sorted(self.time_by_statement.items(), key=lambda item: -sum(item[1]))[:top]
+        print("\nslowest statements (total ms, calls, p50 ms):")
+        for shape, samples in ranked:
+            print(f"{sum(samples):9.0f} {len(samples):6d} {statistics.median(samples):7.2f}  {shape}")
+
+
+def queries(paragraphs: list[Paragraph], n: int, rng: random.Random) -> list[str]:
+    """Mostly a few words from a random Absatz, some pasted statute references."""
+    result = []
+    for _ in range(n):
+        paragraph = rng.choice(paragraphs)
+        words = [w for w in paragraph.text.split() if len(w) > 3]
+        if rng.random() < 0.2 or len(words) < 3:
+            result.append(f"{paragraph.section} {paragraph.law}")
+        else:
+            start = rng.randrange(max(1, len(words) - 5))
+            result.append(" ".join(words[start : start + rng.randint(3, 6)]))
+    return result
+
+
+def p50_p95(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def run_caller(
+    service: RetrievalService, principal: str, texts: list[str], trips: RoundTrips, cold: Callable[[], None] | None,
+) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {step: [] for step in (*STEPS, "embed", "e2e", "trips", "hits")}
+    for query in texts[:10]:  # warm the page cache and the scope cache
+        service.search(SearchRequest(query=query, limit=10), [principal])
+    for query in texts:
+        if cold is not None:
+            cold()
+        before = trips.count
+        response = service.search(SearchRequest(query=query, limit=10), [principal])
+        timings = response.timings
+        for step in STEPS:
+            samples[step].append(getattr(timings, step))
+        samples["embed"].append(timings.embed)
+        samples["e2e"].append(timings.total - timings.embed)
+        samples["trips"].append(trips.count - before)
+        samples["hits"].append(len(response.hits))
+    return samples
+
+
+def report(name: str, samples: dict[str, list[float]]) -> None:
+    cells = [f"{name:<22}"]
+    for step in ("e2e", *STEPS, "embed"):
+        p50, p95 = p50_p95(samples[step])
+        cells.append(f"{p50:6.1f} /{p95:6.1f}")
+    cells.append(f"{statistics.mean(samples['trips']):5.1f}")
+    cells.append(f"{statistics.mean(samples['hits']):5.1f}")
+    print(" ".join(cells))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
+                        help="a PostgreSQL server database; the bench creates and drops its own")
+    parser.add_argument("--sqlite", action="store_true", help="use a SQLite file instead of PostgreSQL")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--dims", type=int, default=384)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    args = parser.parse_args(argv)
+    rng = random.Random(7)
+    started = time.perf_counter()
+    paragraphs = load_paragraphs(args.data)
+    embedder = HashingEmbedder(dimensions=args.dims)
+    rows = build_rows(paragraphs, embedder, rng)
+    add_access(rows, rng)
+    print(f"corpus: {len(rows.chunks):,} chunks, {len(rows.tables[Document]):,} documents, "
+          f"{len(rows.tables[DocumentVersion]):,} versions, {len(rows.tables[Grant]):,} grants "
+          f"({time.perf_counter() - started:.0f} s to prepare)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ki-bench-query-") as tmp, fresh_database(
+        None if args.sqlite else args.database_url, Path(tmp)
+    ) as url:
+        started = time.perf_counter()
+        engine = make_engine(url)
+        write_sql(engine, rows)
+        index = write_index(Path(tmp) / "index", rows, args.dims)
+        print(f"loaded SQL ({engine.dialect.name}) and the embedded index in {time.perf_counter() - started:.0f} s",
+              flush=True)
+        try:
+            measure(engine, index, embedder, queries(paragraphs, args.queries, rng))
+        finally:
+            index.close()
+            engine.dispose()
+    return 0
+
+
+def measure(engine: Engine, index: EmbeddedIndex, embedder: HashingEmbedder, texts: list[str]) -> None:
+    settings = Settings()
+    sessions = session_factory(engine)
+    access = AccessService(sessions, settings)
+    service = RetrievalService(settings, sessions, index, embedder, access)
+    trips = RoundTrips(engine)
+    print(f"\n{len(texts)} queries per caller, limit 10; milliseconds p50 / p95; e2e = search without the embedding")
+    header = ["caller", "e2e", *STEPS, "embed"]
+    print(f"{header[0]:<22} " + " ".join(f"{h:>14}" for h in header[1:]) + "  trips  hits")
+    for name, principal in CALLERS.items():
+        report(name, run_caller(service, principal, texts, trips, None))
+    print("\nscope compiled cold (cache cleared before each search):")
+    for name, principal in CALLERS.items():
+        report(f"{name} (cold scope)", run_caller(service, principal, texts, trips, access.clear_cache))
+    trips.report()
+    for name, principal in CALLERS.items():
+        scope = access.compile_scope([principal])
+        print(f"scope of {name}: {len(scope.filter.project_ids)} projects, {len(scope.filter.document_ids)} listed "
+              f"documents, {len(scope.filter.excluded_document_ids)} excluded documents "
+              f"({scope.visible_document_count:,} visible)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
