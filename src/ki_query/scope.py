@@ -94,18 +94,10 @@ class CompiledAccessScope(BaseModel):
 
 
 def scope_filter_query(scope: ScopeFilter) -> dict[str, Any]:
-    """The OpenSearch bool clause selecting exactly what `scope.admits` admits."""
-    if scope.match_none:
-        return {"match_none": {}}
-    should: list[dict[str, Any]] = []
-    if scope.project_ids:
-        projects: dict[str, Any] = {"filter": [{"terms": {"project_id": sorted(scope.project_ids)}}]}
-        if scope.excluded_document_ids:
-            projects["must_not"] = [{"terms": {"document_id": sorted(scope.excluded_document_ids)}}]
-        should.append({"bool": projects})
-    if scope.document_ids:
-        should.append({"terms": {"document_id": sorted(scope.document_ids)}})
-    return {"bool": {"should": should, "minimum_should_match": 1}}
+    """The OpenSearch bool clause selecting exactly what `scope.admits` admits (the backend's own translation)."""
+    from ki_core.search.opensearch import scope_clause
+
+    return scope_clause(scope)
 
 
 # ------------------------------------------------------------------ tallies
