@@ -76,6 +76,7 @@ class Run:
     kills: int = 0
     # 1-minute load average when sending began: the machine is shared
     load_at_start: float = 0.0
+    ingress_cpu_seconds: float = 0.0
 
 
 # ------------------------------------------------------------------ events
@@ -234,6 +235,13 @@ def report(args, run: Run, engine, drain_seconds: float) -> int:
     print(f"sent {len(run.sent)} events in {run.send_seconds:.1f} s; HTTP statuses {dict(sorted(statuses.items()))}")
     print(f"accepted events/s          {len(accepted) / run.send_seconds:.1f}")
     print(f"ingress latency ms         p50 {pct(latencies, .5):.1f}  p95 {pct(latencies, .95):.1f}  max {max(latencies):.1f}")
+    print(f"ingress CPU per request ms {run.ingress_cpu_seconds / max(len(run.sent), 1) * 1000:.1f}")
+    start = min(s.sent_at for s in run.sent)
+    windows: dict[int, list[float]] = {}
+    for s in run.sent:
+        windows.setdefault(int((s.sent_at - start) // 10), []).append(s.latency * 1000)
+    print("latency per 10 s window ms " + "  ".join(
+        f"[{w * 10}s p50 {pct(v, .5):.0f} p95 {pct(v, .95):.0f}]" for w, v in sorted(windows.items())))
     print(f"event-to-searchable s      p50 {pct(to_search, .5):.2f}  p95 {pct(to_search, .95):.2f}  max {max(to_search, default=float('nan')):.2f}"
           f"  ({len(to_search)}/{len(upserts)} upserts searchable)")
     print(f"ACL event to in-force s    p50 {pct(acl_lag, .5):.2f}  p95 {pct(acl_lag, .95):.2f}  ({len(acl_lag)} acl.changed)")
@@ -307,7 +315,9 @@ def main() -> int:
         killer = threading.Thread(target=kill_and_restart, args=(args, processes, env, workdir, run), daemon=True)
         if args.kill_at >= 0:
             killer.start()
+        cpu_before = process_cpu_seconds(processes["ingress"].pid)
         asyncio.run(send_all(args, base_url, run))
+        run.ingress_cpu_seconds = process_cpu_seconds(processes["ingress"].pid) - cpu_before
         if killer.is_alive():
             killer.join()
         drained_from = time.monotonic()
@@ -347,6 +357,12 @@ def kill_and_restart(args, processes: dict, env: dict, workdir: Path, run: Run) 
     run.kills += 1
     time.sleep(args.restart_delay)
     processes[args.kill] = start(worker_cmd(args, args.kill), env, workdir, args.kill)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_ready(base_url: str, timeout: float = 60.0) -> None:

@@ -169,6 +169,16 @@ def test_an_acl_change_is_in_force_at_the_next_scope_and_the_index_follows_witho
     assert dms.index().stored_fields(_first_chunk(dms, version.id))["allowed_principals"] == ("alice",)
 
 
+def test_the_same_bytes_with_a_new_acl_update_the_projection_without_embedding(dms) -> None:
+    submit(dms, upserted("A-1", acl=[{"principal": "alice"}]))
+    embedded = dms.embedder().passages
+    submit(dms, upserted("A-1", acl=[{"principal": "carol"}], minutes=2))
+    version = version_of(dms, "A-1")
+    assert version.indexed_access_version == version.access_version
+    assert dms.index().stored_fields(_first_chunk(dms, version.id))["allowed_principals"] == ("carol",)
+    assert dms.embedder().passages == embedded
+
+
 def test_a_late_older_acl_event_cannot_undo_a_newer_revocation(dms) -> None:
     submit(dms, upserted("A-1", acl=[{"principal": "alice"}, {"principal": "bob"}], minutes=0))
     submit(dms, acl_changed("A-1", [{"principal": "alice"}], minutes=10))

@@ -303,6 +303,8 @@ def _upsert_document(ctx: WorkerContext, source: Source, event: DocumentUpserted
         obj.title = event.title or obj.title
         if advance_watermark(session, source.id, f"acl:{event.object_id}", event):
             mirror_acl(session, obj, event.acl, origin=source.name)
+        # The ACL mirror bumps access_version in SQL, behind the ORM's back.
+        session.refresh(version, ["access_version", "indexed_access_version", "processing_state"])
         followups = _next_stages(version, metadata_changed)
         followups.access.extend(result.retired_version_ids)
         if result.outcome == "failed":
