@@ -29,7 +29,12 @@ from ki_core.models import (
     SourceObservation,
 )
 from ki_query.text_match import overlap, query_terms
-from ki_query.types import DecisionEvidenceRef, DecisionHit, InvalidDecision, NewDecision
+from ki_query.types import (
+    DecisionEvidenceRef,
+    DecisionHit,
+    InvalidDecision,
+    NewDecision,
+)
 from ki_query.verification import version_facts
 
 # Records verified per batch while filling a page: most candidates are visible to their readers.

@@ -2,9 +2,9 @@
 
 search: compile the access scope in SQL, embed the query once, run the legs in
 one multi-search sized for the whole window, fuse (RRF), boost by version
-status, re-verify every candidate in SQL (building citations), collapse per
-document, optionally rerank, return hits[offset : offset + limit]. Each step
-is timed on the response. search_filter, search_decisions, get_document and
+status, re-verify in SQL (building citations) every candidate that can reach
+the window, best first, collapse per document, optionally rerank, return
+hits[offset : offset + limit]. Each step is timed on the response. search_filter, search_decisions, get_document and
 traverse apply the same SQL authorization to what they return.
 
 Surfaces (HTTP, MCP, CLI) call these methods and map the errors of

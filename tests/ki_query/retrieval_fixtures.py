@@ -26,14 +26,26 @@ from ki_core.config import Settings, get_settings
 from ki_core.embedding import HashingEmbedder
 from ki_core.grants import GrantTarget, grant, replace_group_members
 from ki_core.models import Document, DocumentVersion, Project, Source
-from ki_core.search.types import FilterHit, MultiSearchRequest, MultiSearchResult, ScopeFilter, SearchFilters
+from ki_core.search.types import (
+    FilterHit,
+    MultiSearchRequest,
+    MultiSearchResult,
+    ScopeFilter,
+    SearchFilters,
+)
 from ki_query.retrieval import RetrievalService
 from ki_query.scope import AccessService
 from ki_workers.context import WorkerContext, reset_worker_context, worker_context
 from ki_workers.folder_sync import sync_folder
 from tests.conftest import _KEEP_ENV as KEEP_ENV
 from tests.conftest import create_database, drop_database
-from tests.ki_workers.conftest import FOLDER, CountingEmbedder, ctx, database_url, folder  # noqa: F401 - fixtures
+from tests.ki_workers.conftest import (  # noqa: F401 - fixtures
+    FOLDER,
+    CountingEmbedder,
+    ctx,
+    database_url,
+    folder,
+)
 
 PROJECT = "kontorwerk"
 GROUP = "team:miete"

@@ -95,7 +95,7 @@ def test_better_overlap_ranks_first_and_the_limit_holds(world: SqlWorld, decisio
     service = world.service()
     best = record(service, world, "best", (None, "contract/v1"), rationale="Haftung Vertragsstrafe Mandantin")
     hits = service.search_decisions("Haftung Vertragsstrafe Mandantin", ["anna"], 2)
-    assert [h.id for h in hits][0] == best and len(hits) == 2
+    assert hits[0].id == best and len(hits) == 2
     assert hits[0].score == 1.0 > hits[1].score
 
 

@@ -14,8 +14,8 @@ from ki_query.fusion import (
     collapse,
     fused_order,
     mark_identifier_matches,
-    prefix_covering,
     matched_identifiers,
+    prefix_covering,
     rerank_prefix,
     rrf,
 )

@@ -27,7 +27,13 @@ from sqlalchemy.orm import Session
 
 from ki_core.config import Settings
 from ki_core.embedding import HashingEmbedder
-from ki_core.models import Chunk, ChunkKind, DecisionEvidence, DecisionRecord, Relation, RelationKind
+from ki_core.models import (
+    Chunk,
+    ChunkKind,
+    DecisionEvidence,
+    DecisionRecord,
+    RelationKind,
+)
 from ki_core.search.embedded import EmbeddedIndex
 from ki_core.search.index import IndexOp
 from ki_core.search.types import IndexChunk, SearchFilters
@@ -261,7 +267,7 @@ def _chunks(world: SqlWorld, spec: Spec, index: EmbeddedIndex, next_chunk_id: li
             chunk_id = _new_chunk(world, version_name, kind, ordinal, text, next_chunk_id)
             chunk_version[chunk_id], chunk_text[chunk_id], chunk_kind[chunk_id] = version_name, text, kind
             ops.append(IndexOp(_index_chunk(world, spec, chunk_id, version_name, kind, text, embedder)))
-    victim, claimed = list(spec.version_doc)[0], list(spec.doc_project)[-1]
+    victim, claimed = next(iter(spec.version_doc)), list(spec.doc_project)[-1]
     text = " ".join(VOCABULARY)
     chunk_id = _new_chunk(world, victim, "chunk", 999, text, next_chunk_id)
     chunk_version[chunk_id], chunk_text[chunk_id], chunk_kind[chunk_id] = victim, text, "chunk"
