@@ -50,7 +50,8 @@ class RetrievalSettings(_Section):
     chunk_contextualize: bool = True
     profile_embeddings: bool = True
     clause_embeddings: bool = True
-    fusion_rrf_k: int = Field(default=60, ge=0)
+    # k = 0 would divide by zero at rank 0.
+    fusion_rrf_k: int = Field(default=60, gt=0)
     weight_lexical: float = Field(default=1.0, ge=0)
     weight_semantic: float = Field(default=1.0, ge=0)
     weight_identifier: float = Field(default=1.5, ge=0)

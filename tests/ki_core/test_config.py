@@ -164,3 +164,9 @@ def test_repository_config_json_holds_the_defaults() -> None:
     shipped = json.loads((Path(__file__).parents[2] / "config.json").read_text(encoding="utf-8"))
     defaults = load_settings().model_dump(mode="json")
     assert shipped == defaults
+
+
+def test_rrf_k_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KI_RETRIEVAL__FUSION_RRF_K", "0")
+    with pytest.raises(ConfigError, match="retrieval.fusion_rrf_k"):
+        load_settings()
