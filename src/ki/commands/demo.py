@@ -11,7 +11,9 @@ from rich.console import Console
 
 from ki.errors import cli_errors
 
-REPO_EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+# The repository's examples/ (editable install, `make demo`), else ./examples.
+_REPO_EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+REPO_EXAMPLES = _REPO_EXAMPLES if _REPO_EXAMPLES.is_dir() else Path("examples")
 
 
 @cli_errors
