@@ -11,6 +11,12 @@ from rich.console import Console
 
 from ki_core.config import ConfigError
 from ki_core.grants import InvalidPrincipal, UnknownTarget
+from ki_core.llm import GatewayError
+from ki_core.search.embedded import IndexLockedError
+from ki_core.search.types import IndexDimensionMismatch, SearchBackendError
+from ki_query.identity import Forbidden, Unauthenticated
+from ki_query.types import DocumentNotFound, InvalidDecision, InvalidFilters, WindowTooDeep
+from ki_workers.sources.local_fs import ManifestError
 from ki_query.corpus_errors import (
     CorpusEmbeddingMismatch,
     CorpusLoadError,
@@ -21,6 +27,8 @@ from ki_query.corpus_errors import (
 
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
+# The index or a gateway is unreachable: retrying later may succeed.
+EXIT_UNAVAILABLE = 3
 
 _stderr = Console(stderr=True, soft_wrap=True)
 
@@ -34,6 +42,17 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (UnknownCorpus, EXIT_FAILED),
     (CorpusLoadError, EXIT_FAILED),
     (EvalFileError, EXIT_FAILED),
+    (IndexDimensionMismatch, EXIT_CONFIG),
+    (IndexLockedError, EXIT_UNAVAILABLE),
+    (SearchBackendError, EXIT_UNAVAILABLE),
+    (GatewayError, EXIT_UNAVAILABLE),
+    (ManifestError, EXIT_FAILED),
+    (WindowTooDeep, EXIT_FAILED),
+    (InvalidFilters, EXIT_FAILED),
+    (InvalidDecision, EXIT_FAILED),
+    (DocumentNotFound, EXIT_FAILED),
+    (Unauthenticated, EXIT_FAILED),
+    (Forbidden, EXIT_FAILED),
 ]
 
 

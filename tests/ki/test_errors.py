@@ -1,0 +1,38 @@
+"""Edge exceptions become one line and a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from ki.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_UNAVAILABLE, exit_code_for
+from ki_core.config import ConfigError
+from ki_core.search.types import IndexDimensionMismatch, SearchBackendError
+from ki_query.types import DocumentNotFound, WindowTooDeep
+
+
+@pytest.mark.parametrize(
+    "exc,code",
+    [
+        (ConfigError("x"), EXIT_CONFIG),
+        (IndexDimensionMismatch("x"), EXIT_CONFIG),
+        (SearchBackendError("down"), EXIT_UNAVAILABLE),
+        (WindowTooDeep(495, 10), EXIT_FAILED),
+        (DocumentNotFound("d"), EXIT_FAILED),
+    ],
+)
+def test_edge_errors_map_to_exit_codes(exc: Exception, code: int) -> None:
+    assert exit_code_for(exc) == code
+
+
+def test_an_unexpected_error_is_not_swallowed() -> None:
+    assert exit_code_for(RuntimeError("bug")) is None
+
+
+def test_search_without_an_index_says_so_in_one_line(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from ki.cli import app
+
+    result = CliRunner().invoke(app, ["search", "Haftung", "--as", "anna"], env={"KI_EMBEDDING__PROVIDER": "hashing"})
+    assert result.exit_code == EXIT_UNAVAILABLE
+    assert "Traceback" not in result.output
