@@ -15,16 +15,13 @@ from sqlalchemy import select
 
 from ki_core.models import (
     Document,
-    ObservationState,
     Project,
     Relation,
     RelationKind,
     Source,
     SourceKind,
     SourceObject,
-    SourceObservation,
 )
-from ki_core.models.base import utcnow
 from ki_workers.context import WorkerContext
 from ki_workers.sources.local_fs import Manifest, ManifestEntry, document_key, iter_files, load_manifest
 from ki_workers.stages.record_metadata import link_project_references
@@ -33,7 +30,7 @@ from ki_workers.stages.ingest import (
     get_or_create_project,
     get_or_create_source,
     ingest_bytes,
-    retire_access_versions,
+    retire_object,
 )
 
 # Bigger files are recorded as failed, not read: a 2 GB scan would stall the batch.
@@ -141,19 +138,7 @@ def prune_missing(ctx: WorkerContext, source_id: str, seen: set[str]) -> int:
             for obj in session.scalars(select(SourceObject).where(SourceObject.source_id == source_id))
             if obj.external_id not in seen and obj.deleted_at is None
         ]
-        retired: list[str] = []
-        for obj in gone:
-            obj.deleted_at = utcnow()
-            for observation in session.scalars(
-                select(SourceObservation).where(
-                    SourceObservation.source_object_id == obj.id, SourceObservation.state == ObservationState.ACTIVE
-                )
-            ):
-                observation.state = ObservationState.DELETED
-                observation.deleted_at = utcnow()
-                retired.append(observation.version_id)
-        if retired:
-            retire_access_versions(session, retired)
+        retired = [version_id for obj in gone for version_id in retire_object(session, obj)]
     if retired:
         tasks.reindex_access.delay(retired)
     return len(gone)

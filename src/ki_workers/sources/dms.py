@@ -43,7 +43,6 @@ from ki_core.models import (
     SourceObservation,
     SourceWatermark,
 )
-from ki_core.models.base import utcnow
 from ki_workers.context import WorkerContext
 from ki_workers.sources.dms_events import (
     Acl,
@@ -63,7 +62,7 @@ from ki_workers.stages.ingest import (
     get_or_create_project,
     ingest_bytes,
     refresh_latest_final,
-    retire_access_versions,
+    retire_object,
 )
 
 
@@ -259,23 +258,6 @@ def observing_versions(session: Session, object_id: str, *, active_only: bool = 
     if active_only:
         stmt = stmt.where(SourceObservation.state == ObservationState.ACTIVE)
     return sorted(set(session.scalars(stmt)))
-
-
-def retire_object(session: Session, obj: SourceObject) -> list[str]:
-    """The object is gone from the source: its observations become history; returns their versions."""
-    obj.deleted_at = obj.deleted_at or utcnow()
-    retired = []
-    for observation in session.scalars(
-        select(SourceObservation).where(
-            SourceObservation.source_object_id == obj.id, SourceObservation.state == ObservationState.ACTIVE
-        )
-    ):
-        observation.state = ObservationState.DELETED
-        observation.deleted_at = utcnow()
-        retired.append(observation.version_id)
-    if retired:
-        retire_access_versions(session, retired)
-    return retired
 
 
 # ------------------------------------------------------------------ handlers

@@ -260,3 +260,20 @@ def refresh_latest_final(session: Session, document: Document) -> str | None:
     document.latest_final_version_id = latest
     session.flush()
     return latest
+
+
+def retire_object(session: Session, obj: SourceObject) -> list[str]:
+    """The object is gone from the source: its observations become history; returns their versions."""
+    obj.deleted_at = obj.deleted_at or utcnow()
+    retired = []
+    for observation in session.scalars(
+        select(SourceObservation).where(
+            SourceObservation.source_object_id == obj.id, SourceObservation.state == ObservationState.ACTIVE
+        )
+    ):
+        observation.state = ObservationState.DELETED
+        observation.deleted_at = utcnow()
+        retired.append(observation.version_id)
+    if retired:
+        retire_access_versions(session, retired)
+    return retired
