@@ -26,6 +26,7 @@ from ki_core.search.index import (
     update_access_ops,
 )
 from ki_core.search.types import (
+    FILTER_KEYWORD_FIELDS,
     AccessProjection,
     BulkFailure,
     FilterHit,
@@ -59,21 +60,8 @@ IDENTIFIER_ANALYZER = "ki_identifier"
 STORED_FIELDS = [name for name in IndexChunk.model_fields if name not in ("text", "embedding")]
 
 _KEYWORD = {"type": "keyword"}
-_KEYWORD_FIELDS = (
-    "project_id",
-    "document_id",
-    "document_version_id",
-    "matter_id",
-    "doc_type",
-    "doc_type_ancestors",
-    "version_status",
-    "language",
-    "chunk_kind",
-    "clause_type",
-    "identifiers",
-    "allowed_principals",
-    "denied_principals",
-)
+# The filter columns plus the inspection-only keyword fields.
+_KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals")
 # SearchFilters field -> indexed field it is a term on (doc_type: subtree via the ancestors).
 _TERM_FILTERS = {
     "project_id": "project_id",

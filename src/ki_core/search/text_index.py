@@ -17,23 +17,12 @@ import tantivy
 from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
 
 from ki_core.search.index import IDENTIFIER_TOKEN_PATTERN
-from ki_core.search.types import IndexChunk, ScopeFilter, SearchFilters
+from ki_core.search.types import FILTER_KEYWORD_FIELDS, IndexChunk, ScopeFilter, SearchFilters
 
 GERMAN = "ki_german"
 IDENTIFIER = "ki_identifier"
 # Raw (untokenized) keyword fields: every filter field of the spec.
-KEYWORD_FIELDS = (
-    "project_id",
-    "document_id",
-    "document_version_id",
-    "matter_id",
-    "doc_type",
-    "doc_type_ancestors",
-    "version_status",
-    "language",
-    "chunk_kind",
-    "clause_type",
-)
+KEYWORD_FIELDS = FILTER_KEYWORD_FIELDS
 _TERM_FILTERS = {
     "project_id": "project_id",
     "matter_id": "matter_id",

@@ -18,6 +18,21 @@ MAX_RANKED_WINDOW = 500
 MAX_LEG_SIZE = 2500
 
 
+# Identity and filter columns of the spec's field table: untokenized keywords in both backends.
+FILTER_KEYWORD_FIELDS = (
+    "project_id",
+    "document_id",
+    "document_version_id",
+    "matter_id",
+    "doc_type",
+    "doc_type_ancestors",
+    "version_status",
+    "language",
+    "chunk_kind",
+    "clause_type",
+)
+
+
 def oversampled_window(n: int) -> int:
     """Hits each leg asks for when the caller wants n = offset + limit results."""
     return min(max(n * 5, 50), MAX_LEG_SIZE)
