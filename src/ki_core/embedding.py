@@ -562,18 +562,54 @@ class VectorCacheFile:
         return self._conn
 
     def _open(self) -> sqlite3.Connection:
+        """A configured connection, retried while another process sets the file up.
+
+        Two processes opening a new file at once race for the switch to WAL
+        (and a connection that opens while another recovers the WAL index);
+        SQLite answers those with SQLITE_BUSY without consulting the busy
+        timeout, so the whole set-up is retried within that timeout.
+        """
+        from tenacity import (
+            Retrying,
+            retry_if_exception,
+            stop_after_delay,
+            wait_random_exponential,
+        )
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        retrying = Retrying(
+            retry=retry_if_exception(_is_sqlite_busy),
+            stop=stop_after_delay(self.BUSY_TIMEOUT_SECONDS),
+            wait=wait_random_exponential(multiplier=0.01, max=0.5),
+            reraise=True,
+        )
+        return retrying(self._configured_connection)
+
+    def _configured_connection(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self.path,
             timeout=self.BUSY_TIMEOUT_SECONDS,
             isolation_level=None,
             check_same_thread=False,
         )
-        conn.execute(f"PRAGMA busy_timeout = {int(self.BUSY_TIMEOUT_SECONDS * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute(self._SCHEMA)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.BUSY_TIMEOUT_SECONDS * 1000)}")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(self._SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
         return conn
+
+
+def _is_sqlite_busy(error: BaseException) -> bool:
+    """True for the transient lock errors of a file another process is setting up."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    message = str(error).lower()
+    return "locked" in message or "busy" in message
 
 
 class CachedEmbedder:
