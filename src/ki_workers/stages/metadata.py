@@ -399,6 +399,7 @@ _REFERENCE_LABELS = re.compile(
 )
 _MATTER = re.compile(r"^(?:in (?:der |den )?sachen?|mandat|mandant|betreff|betr\.|az\.?|subject)\s*:?\s*(.+)$", _LINE)
 _MATTER_VERSUS = re.compile(r"([^\n,;:]+?\s\./\.\s[^\n,;]+?)(?=\s+[–-]\s|\s+wegen\s|[,;]|$)", re.M)
+_VERSUS_SIGN = re.compile(r"\s\./\.\s")
 
 
 def find_reference_numbers(text: str, case_numbers: Iterable[str]) -> list[str]:
@@ -415,13 +416,28 @@ def find_matter(text: str) -> str | None:
     """A matter named in the opening: "In Sachen Müller ./. Schmidt", else any "X ./. Y"."""
     opening = text[:OPENING_CHARS]
     for line in _MATTER.finditer(opening):
-        versus = _MATTER_VERSUS.search(line.group(1))
+        versus = _first_versus(line.group(1))
         if versus:
             return " ".join(versus.group(1).split())
         if line.group(0).lower().startswith(("in sache", "in der sache", "in den sachen", "mandat")):
             return line.group(1).strip()
-    versus = _MATTER_VERSUS.search(opening)
+    versus = _first_versus(opening)
     return " ".join(versus.group(1).split()) if versus else None
+
+
+def _first_versus(text: str) -> re.Match[str] | None:
+    """`_MATTER_VERSUS.search(text)`, tried only where a "./." stands.
+
+    A plain search retries the lazy left side from every position of a long
+    line (quadratic on a page of prose); a match can only begin where the run
+    of text holding a "./." begins, so only those starts are tried.
+    """
+    for sign in _VERSUS_SIGN.finditer(text):
+        start = max(text.rfind(stop, 0, sign.start()) for stop in "\n,;:") + 1
+        versus = _MATTER_VERSUS.match(text, start)
+        if versus:
+            return versus
+    return None
 
 
 # --------------------------------------------------------------------- titles

@@ -6,6 +6,8 @@ import json
 from datetime import date
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ki_core.config import load_settings
 from ki_core.llm import ChatGateway, GatewayError
@@ -408,3 +410,19 @@ def test_llm_503_then_success_through_the_settings(fake_gateway: FakeChatGateway
     assert meta.doc_type == "doc_type:contract.lease.commercial"
     assert meta.language == "de"  # the model left it open; the stopword rule fills it
     assert len(fake_gateway.requests) == 2
+
+
+_VERSUS_PIECES = st.sampled_from(
+    ["Müller", "Schmidt GmbH", " ", "  ", " ./. ", "./.", ",", ";", ":", "\n", " wegen ", " – ", "-", "x"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_VERSUS_PIECES, max_size=30).map("".join))
+def test_the_matter_search_finds_what_a_plain_regex_search_finds(text):
+    from ki_workers.stages.metadata import _MATTER_VERSUS, _first_versus
+
+    expected = _MATTER_VERSUS.search(text)
+    found = _first_versus(text)
+    assert (found and found.span()) == (expected and expected.span())
+
