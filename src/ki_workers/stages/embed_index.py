@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from ki_core.acl import access_projection
@@ -31,6 +31,7 @@ from ki_core.models import (
     SourceObservation,
     VersionStatus,
 )
+from ki_core.models.base import utcnow
 from ki_core.search.index import BulkOperation, DeleteOp, IndexOp, index_signature
 from ki_core.search.types import IndexChunk
 from ki_workers.context import WorkerContext
@@ -159,34 +160,48 @@ def embed_version(ctx: WorkerContext, version_id: str) -> EmbedResult:
 
 def _store_chunks(session: Session, version_id: str, document_id: str, drafts: list[ChunkDraft],
                   vectors: np.ndarray, signature: str) -> list[int]:
+    """Replace the version's chunk rows by the drafts; returns the ids that no longer exist.
+
+    Ids are deterministic (version, ordinal), so a re-run writes the same rows;
+    one DELETE and one multi-row INSERT keep this at two statements per version.
+    """
     wanted = {chunk_id(version_id, d.ordinal) for d in drafts}
-    existing = {row.id: row for row in session.scalars(select(Chunk).where(Chunk.version_id == version_id))}
-    removed = [cid for cid in existing if cid not in wanted]
-    if removed:
-        session.execute(delete(Chunk).where(Chunk.id.in_(removed)))
-    for draft, vector in zip(drafts, vectors, strict=True):
-        cid = chunk_id(version_id, draft.ordinal)
-        row = existing.get(cid) or Chunk(id=cid, version_id=version_id, document_id=document_id, ordinal=draft.ordinal)
-        row.kind = draft.kind
-        row.text = draft.text
-        row.text_hash = text_hash(draft.model_input)
-        row.char_start, row.char_end = draft.char_start, draft.char_end
-        row.locus, row.clause_type_id = draft.locus, draft.clause_type_id
-        row.embedding = np.asarray(vector, dtype=np.float32).tobytes()
-        row.embedding_signature = signature
-        session.add(row)
-    return removed
+    existing = session.scalars(select(Chunk.id).where(Chunk.version_id == version_id)).all()
+    if existing:
+        session.execute(delete(Chunk).where(Chunk.version_id == version_id))
+    rows = [
+        {
+            "id": chunk_id(version_id, draft.ordinal),
+            "version_id": version_id,
+            "document_id": document_id,
+            "ordinal": draft.ordinal,
+            "kind": draft.kind,
+            "text": draft.text,
+            "text_hash": text_hash(draft.model_input),
+            "char_start": draft.char_start,
+            "char_end": draft.char_end,
+            "locus": draft.locus,
+            "clause_type_id": draft.clause_type_id,
+            "embedding": np.asarray(vector, dtype=np.float32).tobytes(),
+            "embedding_signature": signature,
+            "created_at": utcnow(),
+        }
+        for draft, vector in zip(drafts, vectors, strict=True)
+    ]
+    if rows:
+        session.execute(insert(Chunk), rows)
+    return [cid for cid in existing if cid not in wanted]
 
 
 def _drop_stale_profiles(session: Session, document_id: str) -> list[int]:
     """Only the latest final version carries a profile row; older ones are removed."""
-    document = session.get(Document, document_id)
+    latest_final = select(Document.latest_final_version_id).where(Document.id == document_id).scalar_subquery()
     stale = list(
         session.scalars(
             select(Chunk.id).where(
                 Chunk.document_id == document_id,
                 Chunk.kind == ChunkKind.PROFILE,
-                Chunk.version_id != (document.latest_final_version_id or ""),
+                Chunk.version_id != func.coalesce(latest_final, ""),
             )
         )
     )
@@ -209,72 +224,101 @@ def plan_index_writes(session: Session, version_ids: list[str], settings: Settin
     """IndexOps for observed versions (from stored rows, no embedding), DeleteOps for the rest.
 
     The one place that turns SQL rows into index documents, used by chunk_embed,
-    access reindex of versions missing from the index, and `ki reindex`.
+    access reindex of versions missing from the index, and `ki reindex`. Reads
+    a handful of batched queries for the whole list, not a few per version.
     """
     versions = list(session.scalars(select(DocumentVersion).where(DocumentVersion.id.in_(version_ids))))
-    observed = active_versions(session, [v.id for v in versions])
+    observed = observed_objects(session, [v.id for v in versions])
     projections = access_projection(session, list(observed), acl_mode=settings.security.source_acl_mode)
+    chunks = _chunks_by_version(session, [v.id for v in versions])
+    indexable = [v for v in versions if v.id in observed and v.processing_state != ProcessingState.FAILED]
+    fields = _version_fields(session, indexable, observed)
     operations: list[BulkOperation] = []
     watermarks: dict[str, int | None] = {}
     for version in versions:
-        rows = list(session.scalars(select(Chunk).where(Chunk.version_id == version.id).order_by(Chunk.ordinal)))
-        if version.id not in observed or version.processing_state == ProcessingState.FAILED:
+        rows = chunks.get(version.id, [])
+        if version.id not in fields:
             operations.extend(DeleteOp(row.id) for row in rows)
             watermarks[version.id] = None
             continue
-        fields = _version_fields(session, version)
         allowed, denied = projections.get(version.id, ((), ()))
         for row in rows:
-            operations.append(IndexOp(_index_chunk(row, fields, allowed, denied, version.access_version)))
+            operations.append(IndexOp(_index_chunk(row, fields[version.id], allowed, denied, version.access_version)))
         watermarks[version.id] = version.access_version
     return IndexPlan(operations, watermarks)
 
 
 def active_versions(session: Session, version_ids: list[str]) -> set[str]:
+    return set(observed_objects(session, version_ids))
+
+
+def observed_objects(session: Session, version_ids: list[str]) -> dict[str, str]:
+    """Version id -> a source object that actively observes it, for the versions that have one."""
     if not version_ids:
-        return set()
-    return set(
-        session.scalars(
-            select(SourceObservation.version_id).where(
-                SourceObservation.version_id.in_(version_ids), SourceObservation.state == ObservationState.ACTIVE
-            )
+        return {}
+    rows = session.execute(
+        select(SourceObservation.version_id, SourceObservation.source_object_id)
+        .where(SourceObservation.version_id.in_(version_ids), SourceObservation.state == ObservationState.ACTIVE)
+        .order_by(SourceObservation.version_id, SourceObservation.observed_at)
+    )
+    observed: dict[str, str] = {}
+    for version_id, source_object_id in rows:
+        observed.setdefault(version_id, source_object_id)
+    return observed
+
+
+def _chunks_by_version(session: Session, version_ids: list[str]) -> dict[str, list[Chunk]]:
+    by_version: dict[str, list[Chunk]] = {}
+    if version_ids:
+        rows = session.scalars(
+            select(Chunk).where(Chunk.version_id.in_(version_ids)).order_by(Chunk.version_id, Chunk.ordinal)
         )
+        for row in rows:
+            by_version.setdefault(row.version_id, []).append(row)
+    return by_version
+
+
+def _version_fields(
+    session: Session, versions: list[DocumentVersion], observed: dict[str, str]
+) -> dict[str, dict]:
+    """Version id -> the document-level fields every chunk of that version carries."""
+    document_ids = {v.document_id for v in versions}
+    documents = (
+        {d.id: d for d in session.scalars(select(Document).where(Document.id.in_(document_ids)))}
+        if document_ids else {}
     )
+    ancestors = doc_type_ancestors_many(session, {d.doc_type_id for d in documents.values() if d.doc_type_id})
+    fields: dict[str, dict] = {}
+    for version in versions:
+        document = documents[version.document_id]
+        fields[version.id] = {
+            "project_id": document.project_id,
+            "document_id": document.id,
+            "document_version_id": version.id,
+            "matter_id": document.matter_id,
+            "doc_type": document.doc_type_id,
+            "doc_type_ancestors": ancestors.get(document.doc_type_id, ()),
+            "version_status": version.status.value,
+            "language": version.language,
+            "doc_date": version.doc_date,
+            "identifiers": tuple(document.identifiers or ()),
+            "source_object_id": observed[version.id],
+        }
+    return fields
 
 
-def _version_fields(session: Session, version: DocumentVersion) -> dict:
-    document = session.get(Document, version.document_id)
-    source_object = session.scalar(
-        select(SourceObservation.source_object_id)
-        .where(SourceObservation.version_id == version.id, SourceObservation.state == ObservationState.ACTIVE)
-        .limit(1)
+def doc_type_ancestors_many(session: Session, node_ids: set[str]) -> dict[str, tuple[str, ...]]:
+    if not node_ids:
+        return {}
+    rows = session.execute(
+        select(OntologyClosure.descendant_id, OntologyClosure.ancestor_id)
+        .where(OntologyClosure.descendant_id.in_(node_ids))
+        .order_by(OntologyClosure.descendant_id, OntologyClosure.depth)
     )
-    return {
-        "project_id": document.project_id,
-        "document_id": document.id,
-        "document_version_id": version.id,
-        "matter_id": document.matter_id,
-        "doc_type": document.doc_type_id,
-        "doc_type_ancestors": doc_type_ancestors(session, document.doc_type_id),
-        "version_status": version.status.value,
-        "language": version.language,
-        "doc_date": version.doc_date,
-        "identifiers": tuple(document.identifiers or ()),
-        "source_object_id": source_object,
-    }
-
-
-def doc_type_ancestors(session: Session, node_id: str | None) -> tuple[str, ...]:
-    """The node and its ancestors (closure rows), nearest first: what subtree filters match."""
-    if not node_id:
-        return ()
-    return tuple(
-        session.scalars(
-            select(OntologyClosure.ancestor_id)
-            .where(OntologyClosure.descendant_id == node_id)
-            .order_by(OntologyClosure.depth)
-        )
-    )
+    ancestors: dict[str, list[str]] = {}
+    for descendant, ancestor in rows:
+        ancestors.setdefault(descendant, []).append(ancestor)
+    return {node: tuple(chain) for node, chain in ancestors.items()}
 
 
 def _index_chunk(row: Chunk, fields: dict, allowed, denied, access_version: int) -> IndexChunk:
@@ -337,8 +381,11 @@ def _write_index(ctx: WorkerContext, version_ids: list[str], extra_deletes: tupl
 def record_watermarks(ctx: WorkerContext, watermarks: dict[str, int | None]) -> None:
     signature = index_signature(ctx.settings)
     with ctx.sessions() as session, session.begin():
+        versions = {
+            v.id: v for v in session.scalars(select(DocumentVersion).where(DocumentVersion.id.in_(list(watermarks))))
+        } if watermarks else {}
         for version_id, access_version in watermarks.items():
-            version = session.get(DocumentVersion, version_id)
+            version = versions.get(version_id)
             if version is None or version.processing_state == ProcessingState.FAILED:
                 continue
             version.indexed_access_version = access_version

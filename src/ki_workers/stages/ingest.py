@@ -11,7 +11,7 @@ import enum
 import hashlib
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from ki_core.models import (
@@ -167,7 +167,7 @@ def _new_version(session: Session, document: Document, digest: str, entry: Manif
     previous = session.scalar(
         select(DocumentVersion).where(DocumentVersion.document_id == document.id).order_by(DocumentVersion.seq.desc()).limit(1)
     )
-    seq = (session.scalar(select(func.max(DocumentVersion.seq)).where(DocumentVersion.document_id == document.id)) or 0) + 1
+    seq = previous.seq + 1 if previous is not None else 1
     version = DocumentVersion(
         document_id=document.id,
         seq=seq,
@@ -202,23 +202,21 @@ def observe(session: Session, version: DocumentVersion, obj: SourceObject) -> tu
     """
     changed = False
     retired: list[str] = []
-    others = session.scalars(
+    current = None
+    # One read: the object's active observations and its (possibly retired) one of `version`.
+    for observation in session.scalars(
         select(SourceObservation).where(
             SourceObservation.source_object_id == obj.id,
-            SourceObservation.version_id != version.id,
-            SourceObservation.state == ObservationState.ACTIVE,
+            or_(SourceObservation.state == ObservationState.ACTIVE, SourceObservation.version_id == version.id),
         )
-    )
-    for other in others:
-        other.state = ObservationState.DELETED
-        other.deleted_at = utcnow()
-        retired.append(other.version_id)
+    ):
+        if observation.version_id == version.id:
+            current = observation
+            continue
+        observation.state = ObservationState.DELETED
+        observation.deleted_at = utcnow()
+        retired.append(observation.version_id)
         changed = True
-    current = session.scalar(
-        select(SourceObservation).where(
-            SourceObservation.source_object_id == obj.id, SourceObservation.version_id == version.id
-        )
-    )
     if current is None:
         session.add(SourceObservation(version_id=version.id, source_object_id=obj.id))
         changed = True
@@ -227,7 +225,9 @@ def observe(session: Session, version: DocumentVersion, obj: SourceObject) -> tu
         current.deleted_at = None
         changed = True
     if changed:
-        retire_access_versions(session, [version.id, *retired])
+        # Rendered into the version's own pending UPDATE: no statement of its own.
+        version.access_version = DocumentVersion.access_version + 1
+        retire_access_versions(session, retired)
     session.flush()
     return changed, tuple(retired)
 
@@ -236,12 +236,13 @@ def retire_access_versions(session: Session, version_ids: list[str]) -> None:
     """An observation change is an access change: stale projection, new generation."""
     from ki_core.grants import bump_access_generation
 
-    session.execute(
-        update(DocumentVersion)
-        .where(DocumentVersion.id.in_(version_ids))
-        .values(access_version=DocumentVersion.access_version + 1)
-        .execution_options(synchronize_session="fetch")
-    )
+    if version_ids:
+        session.execute(
+            update(DocumentVersion)
+            .where(DocumentVersion.id.in_(version_ids))
+            .values(access_version=DocumentVersion.access_version + 1)
+            .execution_options(synchronize_session="fetch")
+        )
     bump_access_generation(session)
 
 

@@ -41,9 +41,13 @@ def record_metadata(
         return None
     document = session.get(Document, version.document_id)
     metadata = extractor.extract(version.text, title=document.title)
-    _store_artifact(session, version_id, "metadata", extractor.producer, metadata.model_dump(mode="json"))
     clauses = [clause.model_dump(mode="json") for clause in metadata.notable_clauses]
-    _store_artifact(session, version_id, "notable_clauses", extractor.producer, {"clauses": clauses})
+    _store_artifacts(
+        session,
+        version_id,
+        extractor.producer,
+        {"metadata": metadata.model_dump(mode="json"), "notable_clauses": {"clauses": clauses}},
+    )
     _apply(session, document, version, metadata)
     version.processing_state = ProcessingState.EXTRACTED
     session.flush()
@@ -52,18 +56,23 @@ def record_metadata(
     return metadata
 
 
-def _store_artifact(session: Session, version_id: str, kind: str, producer: str, payload: dict) -> None:
-    artifact = session.scalar(
-        select(MetadataArtifact).where(
-            MetadataArtifact.version_id == version_id,
-            MetadataArtifact.kind == kind,
-            MetadataArtifact.producer == producer,
+def _store_artifacts(session: Session, version_id: str, producer: str, payloads: dict[str, dict]) -> None:
+    """One artifact per kind and producer: a re-run overwrites its own earlier answer."""
+    stored = {
+        artifact.kind: artifact
+        for artifact in session.scalars(
+            select(MetadataArtifact).where(
+                MetadataArtifact.version_id == version_id,
+                MetadataArtifact.kind.in_(list(payloads)),
+                MetadataArtifact.producer == producer,
+            )
         )
-    )
-    if artifact is None:
-        session.add(MetadataArtifact(version_id=version_id, kind=kind, producer=producer, payload=payload))
-    else:
-        artifact.payload = payload
+    }
+    for kind, payload in payloads.items():
+        if kind in stored:
+            stored[kind].payload = payload
+        else:
+            session.add(MetadataArtifact(version_id=version_id, kind=kind, producer=producer, payload=payload))
 
 
 def _apply(session: Session, document: Document, version: DocumentVersion, metadata: DocumentMetadata) -> None:
