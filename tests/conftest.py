@@ -71,7 +71,9 @@ def create_database(name: str, template: str | None = None) -> str:
     engine = _server_engine()
     try:
         with engine.connect() as conn:
-            suffix = f" TEMPLATE {template}" if template else ""
+            # template0 accepts no connections, so concurrent test runs on one server never
+            # collide on it ("source database template1 is being accessed by other users").
+            suffix = f" TEMPLATE {template or 'template0'}"
             conn.execute(text(f'CREATE DATABASE "{name}"{suffix}'))
     finally:
         engine.dispose()
