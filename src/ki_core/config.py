@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -221,6 +222,10 @@ class DmsSettings(_Section):
     fetch_timeout_seconds: float = Field(default=30.0, gt=0)
     fetch_attempts: int = Field(default=3, gt=0)
 
+    def replay_horizon(self) -> timedelta:
+        """After this long from its acceptance, a captured signed request is outside the window in any direction."""
+        return timedelta(seconds=2 * self.signature_tolerance_seconds)
+
 
 class SweepSettings(_Section):
     interval_seconds: int = Field(default=60, gt=0)
@@ -232,6 +237,8 @@ class SweepSettings(_Section):
     # A version stuck in converted/extracted this long lost its stage task.
     stuck_version_after_seconds: int = Field(default=900, gt=0)
     reconcile_interval_seconds: int = Field(default=3600, gt=0)
+    # Processed (`done`) events are deleted this long after they finished; failed and parked ones stay.
+    processed_event_retention_days: int = Field(default=30, ge=1)
 
 
 class Settings(BaseSettings):
@@ -280,6 +287,17 @@ class Settings(BaseSettings):
                 f"retrieval.embedding_dimensions is {configured} but the configured embedder "
                 f"{self.embedding.label()} "
                 f"produces {native} dimensions; unset one or make them agree"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _retention_outlasts_the_replay_window(self) -> Settings:
+        retention = timedelta(days=self.sweep.processed_event_retention_days)
+        if retention <= self.dms.replay_horizon():
+            raise ValueError(
+                f"sweep.processed_event_retention_days ({self.sweep.processed_event_retention_days}) must be longer "
+                f"than twice dms.signature_tolerance_seconds ({self.dms.signature_tolerance_seconds} s): "
+                "a deleted event's signed request could otherwise be replayed and accepted as new"
             )
         return self
 

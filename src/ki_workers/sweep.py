@@ -4,7 +4,8 @@
 finished after `sweep.event_redispatch_after_seconds` are dispatched again (a
 lost broker message or a killed worker loses nothing); access projections
 older than their version's access_version are re-sent; versions stuck before
-`indexed` go to their next stage.
+`indexed` go to their next stage; processed events past
+`sweep.processed_event_retention_days` are deleted (event_retention.py).
 
 `reconcile_index` (every `sweep.reconcile_interval_seconds`): the index is a
 projection of SQL; missing, stale and orphaned chunk rows are repaired from
@@ -13,6 +14,7 @@ the stored chunk rows and vectors, without an embedding call.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -36,14 +38,34 @@ from ki_core.search.types import ScopeFilter, SearchFilters
 from ki_workers.context import WorkerContext
 from ki_workers.app import QUEUE_ACCESS, QUEUE_INDEX, QUEUE_INGEST
 from ki_workers.event_inbox import dispatch_events, lease_is_free, open_events_older_than
+from ki_workers.event_retention import prunable_before, prune_processed_events
 from ki_workers.sources.dms_events import ACCESS_EVENT_TYPES
 from ki_workers.stages.access import stale_access_versions
 from ki_workers.stages.embed_index import index_versions
 
+log = logging.getLogger(__name__)
+
+# Batches one sweep deletes at most (50,000 rows): a backlog, as on the first run, drains over several sweeps.
+PRUNE_BATCHES_PER_SWEEP = 50
+
 
 def run_sweep(ctx: WorkerContext) -> dict:
     idle = idle_queues(ctx)
-    return {**redrive_versions(ctx, idle), "events_redispatched": redispatch_events(ctx, idle=idle)}
+    return {
+        **redrive_versions(ctx, idle),
+        "events_redispatched": redispatch_events(ctx, idle=idle),
+        "events_pruned": prune_events(ctx),
+    }
+
+
+def prune_events(ctx: WorkerContext) -> int:
+    """Delete processed events past the retention (never open, failed or parked ones); returns how many."""
+    days = ctx.settings.sweep.processed_event_retention_days
+    cutoff = prunable_before(ctx.settings.dms, timedelta(days=days))
+    pruned = prune_processed_events(ctx.sessions, cutoff, max_batches=PRUNE_BATCHES_PER_SWEEP)
+    if pruned:
+        log.info("sweep: deleted %d processed event(s) finished more than %d days ago", pruned, days)
+    return pruned
 
 
 def idle_queues(ctx: WorkerContext) -> set[str]:

@@ -1,19 +1,21 @@
-"""`ki events replay | list | redrive` as an operator runs them (embedded mode: SQLite, in-process tasks)."""
+"""`ki events replay | list | redrive | prune` as an operator runs them (embedded mode: SQLite, in-process tasks)."""
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import typer
-from sqlalchemy import select
+from sqlalchemy import select, update
 from typer.testing import CliRunner
 
 from ki.commands import events
 from ki_core.config import load_settings
 from ki_core.db import make_engine, session_factory
 from ki_core.models import DocumentVersion, EventStatus, IngestEvent
+from ki_core.models.base import utcnow
 from ki_workers.context import reset_worker_context
 from tests.ki_workers.dms_support import SECRET, acl_changed, envelope, upserted
 
@@ -96,3 +98,31 @@ def test_replayed_content_lands_in_sql(cli, tmp_path: Path) -> None:
             assert session.scalar(select(DocumentVersion.processing_state)) == "indexed"
     finally:
         engine.dispose()
+
+
+def test_prune_dry_run_only_counts_and_prune_deletes_only_old_processed_events(cli, tmp_path: Path) -> None:
+    parked = upserted("A-2", content={"url": "a.txt", "sha256": "0" * 64})
+    runner.invoke(cli, ["events", "replay", str(write_events(tmp_path / "e.jsonl", upserted("A-1"), parked)), "--source", "acme"])
+    engine = make_engine(load_settings().database_url)
+    try:
+        with session_factory(engine)() as session, session.begin():
+            month_ago = utcnow() - timedelta(days=31)
+            session.execute(update(IngestEvent).values(received_at=month_ago, finished_at=month_ago))
+    finally:
+        engine.dispose()
+
+    dry = runner.invoke(cli, ["events", "prune", "--dry-run"])
+    assert dry.exit_code == 0 and "1 processed event(s) finished more than 30 days ago would be deleted" in dry.output
+    assert len(rows()) == 2, "a dry run deletes nothing"
+    assert "0 processed event(s)" in runner.invoke(cli, ["events", "prune", "--older-than", "40", "--dry-run"]).output
+
+    pruned = runner.invoke(cli, ["events", "prune"])
+    assert pruned.exit_code == 0 and "deleted 1 processed event(s)" in pruned.output
+    assert [(r.event_id, r.status) for r in rows()] == [(parked["event_id"], EventStatus.PARKED)]
+
+
+def test_prune_refuses_a_window_a_signed_request_could_still_be_replayed_in(cli, monkeypatch) -> None:
+    monkeypatch.setenv("KI_DMS__SIGNATURE_TOLERANCE_SECONDS", str(12 * 3600))
+    monkeypatch.setenv("KI_SWEEP__PROCESSED_EVENT_RETENTION_DAYS", "2")
+    result = runner.invoke(cli, ["events", "prune", "--older-than", "1"])
+    assert result.exit_code == 2 and "dms.signature_tolerance_seconds" in result.output

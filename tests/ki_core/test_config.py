@@ -170,3 +170,18 @@ def test_rrf_k_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KI_RETRIEVAL__FUSION_RRF_K", "0")
     with pytest.raises(ConfigError, match="retrieval.fusion_rrf_k"):
         load_settings()
+
+
+def test_event_retention_must_be_a_whole_day_or_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KI_SWEEP__PROCESSED_EVENT_RETENTION_DAYS", "0")
+    with pytest.raises(ConfigError, match="sweep.processed_event_retention_days"):
+        load_settings()
+
+
+def test_event_retention_must_outlast_the_signature_replay_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KI_SWEEP__PROCESSED_EVENT_RETENTION_DAYS", "1")
+    monkeypatch.setenv("KI_DMS__SIGNATURE_TOLERANCE_SECONDS", str(12 * 3600))
+    with pytest.raises(ConfigError, match=r"sweep\.processed_event_retention_days \(1\).*dms\.signature_tolerance_seconds"):
+        load_settings()
+    monkeypatch.setenv("KI_DMS__SIGNATURE_TOLERANCE_SECONDS", str(12 * 3600 - 1))
+    assert load_settings().sweep.processed_event_retention_days == 1

@@ -1,4 +1,4 @@
-"""`ki events replay | list | redrive`: the DMS event inbox for operators.
+"""`ki events replay | list | redrive | prune`: the DMS event inbox for operators.
 
 Replay feeds a file of events through the webhook's validation and processing
 path (without HTTP and signatures: the file is the operator's own), so a
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import typer
@@ -21,7 +22,7 @@ from ki.errors import cli_errors
 from ki_core.config import load_settings
 from ki_core.models import EventStatus, IngestEvent
 
-events_app = typer.Typer(help="The inbox of DMS events: replay a file, list, re-drive.", no_args_is_help=True)
+events_app = typer.Typer(help="The inbox of DMS events: replay a file, list, re-drive, prune.", no_args_is_help=True)
 console = Console()
 SHOWN_INVALID = 10
 
@@ -132,6 +133,35 @@ def redrive(reference: str = typer.Argument(..., help="Row id (from `ki events l
     with ctx.sessions() as session:
         row = session.get(IngestEvent, row_id)
         console.print(f"event {row.event_id} ({row.event_type}): {row.status.value}" + (f" - {row.error}" if row.error else ""))
+
+
+@events_app.command("prune")
+@cli_errors
+def prune(
+    older_than: int | None = typer.Option(
+        None, "--older-than", min=1, help="Days since the event finished (default: sweep.processed_event_retention_days)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only count what would be deleted."),
+) -> None:
+    """Delete processed (done) events finished more than DAYS ago; open, failed and parked events stay.
+
+    The sweep does the same every run with the configured retention; this is for
+    a backlog or a shorter window now.
+    """
+    from ki_workers.context import worker_context
+    from ki_workers.event_retention import count_prunable, prunable_before, prune_processed_events
+
+    settings = load_settings()
+    days = older_than or settings.sweep.processed_event_retention_days
+    cutoff = prunable_before(settings.dms, timedelta(days=days))
+    ctx = worker_context()
+    if dry_run:
+        with ctx.sessions() as session:
+            count = count_prunable(session, cutoff)
+        console.print(f"{count} processed event(s) finished more than {days} days ago would be deleted (dry run)")
+        return
+    count = prune_processed_events(ctx.sessions, cutoff)
+    console.print(f"deleted {count} processed event(s) finished more than {days} days ago")
 
 
 def register(app: typer.Typer) -> None:

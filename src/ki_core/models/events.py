@@ -27,6 +27,8 @@ class IngestEvent(Base):
     __table_args__ = (
         UniqueConstraint("source_id", "event_id"),
         Index("ix_ingest_events_status_received", "status", "received_at"),
+        # The retention prune: the oldest `done` rows by finish time, a batch at a time.
+        Index("ix_ingest_events_status_finished", "status", "finished_at"),
     )
 
     id: Mapped[str] = id_column()
