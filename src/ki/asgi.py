@@ -1,7 +1,7 @@
 """ASGI entry points; only `ki` imports the web apps, so worker processes never load FastAPI.
 
     uvicorn --factory ki.asgi:create_ingress      # DMS webhooks, /healthz, /readyz, /metrics
-    uvicorn --factory ki.asgi:create_api          # the query API under /v1
+    uvicorn --factory ki.asgi:create_api          # the query API under /v1, MCP (Streamable HTTP) at /mcp
     uvicorn --factory ki.asgi:create_all_in_one   # both in one process (`ki serve`, embedded default)
 
 Each reads config.json and KI_* once; a bad key stops start-up with a message naming it.
@@ -9,7 +9,8 @@ Each reads config.json and KI_* once; a bad key stops start-up with a message na
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import cache
 
 from fastapi import FastAPI
@@ -27,17 +28,40 @@ def create_api() -> FastAPI:
     from ki_query.http import create_query_app
 
     settings = load_settings()
-    return create_query_app(settings, _retrieval_service(settings))
+    service = _retrieval_service(settings)
+    return with_mcp(create_query_app(settings, service), settings, service)
 
 
 def create_all_in_one() -> FastAPI:
-    """The ingress app (webhooks, health, metrics) with the query API mounted at /v1."""
+    """The ingress app (webhooks, health, metrics) with the query API mounted at /v1 and MCP at /mcp."""
     from ki_query.http import create_query_app
     from ki_workers.ingress import create_ingress_app
 
     settings = load_settings()
+    service = _retrieval_service(settings)
     app = create_ingress_app(settings)
-    app.mount("/v1", create_query_app(settings, _retrieval_service(settings), prefix=""))
+    app.mount("/v1", create_query_app(settings, service, prefix=""))
+    return with_mcp(app, settings, service)
+
+
+def with_mcp(app: FastAPI, settings: Settings, service: Callable) -> FastAPI:
+    """The MCP tools at /mcp of `app`, for each request's own caller, sharing the query API's service.
+
+    A mounted app's lifespan does not run by itself, so the SDK's session manager
+    is started inside `app`'s own lifespan.
+    """
+    from ki_query.mcp_http import MCP_PATH, create_mcp_http_app
+
+    mcp_app = create_mcp_http_app(settings, service)
+    app.add_route(MCP_PATH, mcp_app, include_in_schema=False)
+    outer = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(application: FastAPI) -> AsyncIterator[object]:
+        async with mcp_app.router.lifespan_context(mcp_app), outer(application) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan
     return app
 
 

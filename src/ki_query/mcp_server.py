@@ -1,8 +1,10 @@
 """MCP tools over the retrieval service (official `mcp` SDK), with the same authorization as HTTP.
 
-The server runs for one identity, resolved from an API key when it starts
-(`ki mcp --api-key ...` or KI_MCP_API_KEY): an assistant connected over stdio
-acts for that key's principals and nobody else.
+One set of tools serves both transports; only where a call's principals come
+from differs. On stdio the server runs for one identity, resolved from an API
+key when it starts (`ki mcp --api-key ...` or KI_MCP_API_KEY). Over Streamable
+HTTP (ki_query.mcp_http) every request carries its own credential and each call
+acts for that caller alone.
 """
 
 from __future__ import annotations
@@ -10,61 +12,70 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 from ki_core.models import RelationKind
 from ki_query.identity import Identity
 from ki_query.retrieval import RetrievalService
 from ki_query.types import NewDecision, SearchRequest, parse_filters
 
+SERVER_NAME = "legalmemory-ki"
 INSTRUCTIONS = (
     "Search a law firm's documents (contracts, letters, memos, court decisions) within the "
     "caller's access rights. Every hit carries a citation (project, document, version, source). "
     "Paste case numbers (Aktenzeichen) or statute references verbatim: an identifier leg matches them."
 )
 
+# The principals one tool call acts for; raises rather than return a default.
+PrincipalsOf = Callable[[Context], tuple[str, ...]]
+
 
 def create_mcp_server(service: Callable[[], RetrievalService], identity: Identity) -> MCPServer:
-    server = MCPServer(name="legalmemory-ki", instructions=INSTRUCTIONS)
-    principals = identity.principals
+    """The stdio server: every call acts for the one identity resolved at start-up."""
+    server = MCPServer(name=SERVER_NAME, instructions=INSTRUCTIONS)
+    return add_retrieval_tools(server, service, lambda _ctx: identity.principals)
+
+
+def add_retrieval_tools(server: MCPServer, service: Callable[[], RetrievalService], principals_of: PrincipalsOf) -> MCPServer:
+    """The tools, defined once for every transport. `ctx` is injected by the SDK and is not a tool argument."""
 
     @server.tool()
     def search(query: str, filters: dict[str, Any] | None = None, offset: int = 0, limit: int = 10,
-               explain: bool = False) -> dict:
+               explain: bool = False, *, ctx: Context) -> dict:
         """Hybrid search. filters: project_id, matter_id, doc_type, version_status, language, date_from, date_to, clause_type, chunk_kind."""
         request = SearchRequest(query=query, filters=parse_filters(filters), offset=offset, limit=limit, explain=explain)
-        return service().search(request, principals).model_dump(mode="json")
+        return service().search(request, principals_of(ctx)).model_dump(mode="json")
 
     @server.tool()
-    def search_filter(filters: dict[str, Any] | None = None, offset: int = 0, limit: int = 10) -> dict:
+    def search_filter(filters: dict[str, Any] | None = None, offset: int = 0, limit: int = 10, *, ctx: Context) -> dict:
         """Documents matching metadata filters only, newest first (no query text)."""
-        return service().search_filter(parse_filters(filters), principals, offset, limit).model_dump(mode="json")
+        return service().search_filter(parse_filters(filters), principals_of(ctx), offset, limit).model_dump(mode="json")
 
     @server.tool()
-    def search_decisions(query: str, limit: int = 10) -> list[dict]:
+    def search_decisions(query: str, limit: int = 10, *, ctx: Context) -> list[dict]:
         """Decision records (what changed and why) whose evidence the caller may see in full."""
-        return [hit.model_dump(mode="json") for hit in service().search_decisions(query, principals, limit)]
+        return [hit.model_dump(mode="json") for hit in service().search_decisions(query, principals_of(ctx), limit)]
 
     @server.tool()
-    def get_document(document_id: str) -> dict:
+    def get_document(document_id: str, *, ctx: Context) -> dict:
         """A document with its visible versions and citable sources."""
-        return service().get_document(document_id, principals).model_dump(mode="json")
+        return service().get_document(document_id, principals_of(ctx)).model_dump(mode="json")
 
     @server.tool()
-    def traverse(document_id: str, kinds: list[str] | None = None, depth: int = 1) -> dict:
+    def traverse(document_id: str, kinds: list[str] | None = None, depth: int = 1, *, ctx: Context) -> dict:
         """Follow relations (supersedes, annex_of, responds_to, references, thread) from a document."""
-        return service().traverse(document_id, principals, _kinds(kinds), depth).model_dump(mode="json")
+        return service().traverse(document_id, principals_of(ctx), _kinds(kinds), depth).model_dump(mode="json")
 
     @server.tool()
-    def related_documents(document_id: str, kinds: list[str] | None = None) -> list[dict]:
+    def related_documents(document_id: str, kinds: list[str] | None = None, *, ctx: Context) -> list[dict]:
         """Documents directly related to one document, each authorization-checked."""
-        related = service().related_documents(document_id, principals, _kinds(kinds))
+        related = service().related_documents(document_id, principals_of(ctx), _kinds(kinds))
         return [item.model_dump(mode="json") for item in related]
 
     @server.tool()
-    def add_decision(decision: dict[str, Any]) -> dict:
+    def add_decision(decision: dict[str, Any], *, ctx: Context) -> dict:
         """Record a decision (locus, change_summary, rationale, evidence); the caller must see all evidence."""
-        return service().add_decision(NewDecision.model_validate(decision), principals).model_dump(mode="json")
+        return service().add_decision(NewDecision.model_validate(decision), principals_of(ctx)).model_dump(mode="json")
 
     return server
 

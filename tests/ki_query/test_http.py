@@ -4,54 +4,27 @@ from __future__ import annotations
 
 import time
 
-import jwt
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 
-from ki_core.config import SecuritySettings
 from ki_core.search.types import SearchBackendError
 from ki_query.http import create_query_app
-from ki_query.identity import key_digest
+from tests.ki_query.credentials import (
+    ANNA_KEY,
+    FRONTEND_KEY,
+    NOBODY_KEY,
+    keyed_settings,
+    signing_key,  # noqa: F401 - fixture
+    user_token,
+)
 from tests.ki_query.retrieval_fixtures import ADMIN, GROUP, MEMBER, FolderWorld, folder_world  # noqa: F401
-
-ANNA_KEY = "key-anna-0123456789"
-NOBODY_KEY = "key-nobody-0123456789"
-FRONTEND_KEY = "key-frontend-0123456789"
-ISSUER = "https://login.kanzlei.example"
-
-
-@pytest.fixture(scope="module")
-def signing_key():
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def _settings(world: FolderWorld, signing_key):
-    public_pem = signing_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
-    security = world.ctx.settings.security.model_dump(mode="python") | {
-            "api_keys": {
-                "anna": {"sha256": key_digest(ANNA_KEY), "principals": [MEMBER]},
-                "nobody": {"sha256": key_digest(NOBODY_KEY), "principals": ["someone-else"]},
-                "frontend": {"sha256": key_digest(FRONTEND_KEY), "principals": ["svc:frontend"], "on_behalf_of": True},
-            },
-            "jwt": {"issuer": ISSUER, "audience": "ki", "public_key": public_pem, "algorithms": ["RS256"]},
-    }
-    return world.ctx.settings.model_copy(update={"security": SecuritySettings.model_validate(security)})
 
 
 @pytest.fixture
 def client(folder_world: FolderWorld, signing_key) -> TestClient:  # noqa: F811
     service, _, _ = folder_world.service()
-    return TestClient(create_query_app(_settings(folder_world, signing_key), lambda: service))
-
-
-def _token(signing_key, **claims) -> str:
-    now = int(time.time())
-    body = {"iss": ISSUER, "aud": "ki", "sub": MEMBER, "iat": now, "exp": now + 300} | claims
-    return jwt.encode(body, signing_key, algorithm="RS256")
+    return TestClient(create_query_app(keyed_settings(folder_world, signing_key), lambda: service))
 
 
 def _search(client: TestClient, headers: dict, **body) -> object:
@@ -94,11 +67,11 @@ def test_only_a_front_end_key_may_act_on_behalf_of_someone(client: TestClient) -
 
 
 def test_a_user_token_searches_as_its_subject_and_groups(client: TestClient, signing_key) -> None:
-    as_member = _search(client, {"Authorization": f"Bearer {_token(signing_key)}"})
+    as_member = _search(client, {"Authorization": f"Bearer {user_token(signing_key)}"})
     assert as_member.status_code == 200 and as_member.json()["hits"]
-    as_group = _search(client, {"Authorization": f"Bearer {_token(signing_key, sub='bob', groups=[GROUP])}"})
+    as_group = _search(client, {"Authorization": f"Bearer {user_token(signing_key, sub='bob', groups=[GROUP])}"})
     assert as_group.status_code == 200 and as_group.json()["hits"]
-    outsider = _search(client, {"Authorization": f"Bearer {_token(signing_key, sub='bob')}"})
+    outsider = _search(client, {"Authorization": f"Bearer {user_token(signing_key, sub='bob')}"})
     assert outsider.status_code == 200 and outsider.json()["hits"] == []
 
 
@@ -108,13 +81,13 @@ def test_a_user_token_searches_as_its_subject_and_groups(client: TestClient, sig
     ids=["expired", "wrong-issuer", "wrong-audience"],
 )
 def test_a_bad_token_is_401(client: TestClient, signing_key, claims: dict) -> None:
-    response = _search(client, {"Authorization": f"Bearer {_token(signing_key, **claims)}"})
+    response = _search(client, {"Authorization": f"Bearer {user_token(signing_key, **claims)}"})
     assert response.status_code == 401
 
 
 def test_a_token_signed_by_another_key_is_401(client: TestClient) -> None:
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    assert _search(client, {"Authorization": f"Bearer {_token(other)}"}).status_code == 401
+    assert _search(client, {"Authorization": f"Bearer {user_token(other)}"}).status_code == 401
 
 
 def test_a_window_above_500_is_400(client: TestClient) -> None:
@@ -153,7 +126,7 @@ def test_the_index_being_down_is_503(folder_world: FolderWorld, signing_key) -> 
         raise SearchBackendError("connection refused")
 
     index.multi_search = broken
-    client = TestClient(create_query_app(_settings(folder_world, signing_key), lambda: service))
+    client = TestClient(create_query_app(keyed_settings(folder_world, signing_key), lambda: service))
     assert _search(client, {"X-API-Key": ANNA_KEY}).status_code == 503
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from enum import Enum
 from functools import cache
 
 import typer
@@ -188,20 +189,57 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000),
 ) -> None:
-    """Serve the query API (/v1) and the DMS webhook ingress in one process (embedded default)."""
+    """Serve the query API (/v1), MCP for AI assistants (/mcp) and the DMS webhook ingress in one process."""
     import uvicorn
 
     uvicorn.run("ki.asgi:create_all_in_one", factory=True, host=host, port=port)
 
 
+class McpTransport(str, Enum):
+    stdio = "stdio"
+    http = "http"
+
+
 @cli_errors
-def mcp(api_key: str = typer.Option(..., envvar="KI_MCP_API_KEY", help="API key whose principals the tools act for.")) -> None:
-    """Run the MCP server on stdio for an AI assistant, as the principals of one API key."""
+def mcp(
+    transport: McpTransport = typer.Option(McpTransport.stdio, help="stdio (one API key) or http (many users)."),
+    api_key: str | None = typer.Option(None, envvar="KI_MCP_API_KEY",
+                                       help="stdio only: the API key whose principals the tools act for."),
+    host: str = typer.Option("127.0.0.1", help="http only: interface to bind."),
+    port: int = typer.Option(8001, help="http only: port; the endpoint is /mcp."),
+) -> None:
+    """Serve the MCP tools to AI assistants, over stdio or Streamable HTTP.
+
+    --transport stdio (default): one assistant on this machine, acting as
+    the principals of one API key (--api-key or KI_MCP_API_KEY).
+
+    --transport http: http://HOST:PORT/mcp for many users at once. Every
+    request must carry `Authorization: Bearer <API key or user JWT>`, the
+    credentials of the HTTP API; each call acts for that caller's
+    principals only, and a missing or unknown credential gets 401.
+    `ki serve` and the `api` process serve the same at /mcp.
+    """
+    if transport is McpTransport.http:
+        _serve_mcp_http(api_key, host, port)
+        return
     from ki_query.identity import identity_from_api_key
     from ki_query.mcp_server import create_mcp_server
 
+    if not api_key:
+        raise typer.BadParameter("stdio serves one identity: give --api-key or KI_MCP_API_KEY", param_hint="--api-key")
     identity = identity_from_api_key(load_settings(), api_key)
     create_mcp_server(_service, identity).run("stdio")
+
+
+def _serve_mcp_http(api_key: str | None, host: str, port: int) -> None:
+    import uvicorn
+
+    from ki_query.mcp_http import create_mcp_http_app
+
+    if api_key:
+        # Refused, not ignored: a server-wide key would suggest a shared identity that http never uses.
+        raise typer.BadParameter("over http each request brings its own credential; drop --api-key", param_hint="--api-key")
+    uvicorn.run(create_mcp_http_app(load_settings(), _service, host=host), host=host, port=port)
 
 
 def register(app: typer.Typer) -> None:
