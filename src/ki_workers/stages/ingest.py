@@ -86,26 +86,30 @@ def get_or_create_source(session: Session, name: str, kind: SourceKind, config: 
     return source
 
 
-def get_or_create_object(session: Session, source: Source, external_id: str) -> SourceObject:
+def get_or_create_object(session: Session, source: Source, external_id: str) -> tuple[SourceObject, bool]:
+    """The object, seen now; and whether it was created (then it has no observations yet)."""
     obj = session.scalar(
         select(SourceObject).where(SourceObject.source_id == source.id, SourceObject.external_id == external_id)
     )
     if obj is None:
-        obj = SourceObject(source_id=source.id, external_id=external_id, title=external_id)
+        obj = SourceObject(source_id=source.id, external_id=external_id, title=external_id, last_seen_at=utcnow())
         session.add(obj)
         session.flush()
+        return obj, True
     obj.last_seen_at = utcnow()
     obj.deleted_at = None
-    return obj
+    return obj, False
 
 
-def get_or_create_document(session: Session, project: Project, key: str) -> Document:
+def get_or_create_document(session: Session, project: Project, key: str) -> tuple[Document, bool]:
+    """The document; and whether it was created (then it has no versions yet)."""
     document = session.scalar(select(Document).where(Document.project_id == project.id, Document.key == key))
     if document is None:
         document = Document(project_id=project.id, key=key, identifiers=[])
         session.add(document)
         session.flush()
-    return document
+        return document, True
+    return document, False
 
 
 def ingest_bytes(
@@ -127,30 +131,32 @@ def ingest_bytes(
     """
     from ki_workers.stages.convert import ConversionError, convert
 
-    obj = get_or_create_object(session, source, external_id)
-    document = get_or_create_document(session, project, document_key(entry))
+    # A first sighting (new object, new document: the bulk of an initial load) skips the
+    # reads that can only come back empty.
+    obj, new_object = get_or_create_object(session, source, external_id)
+    document, new_document = get_or_create_document(session, project, document_key(entry))
     matter = get_or_create_matter(session, project, entry.matter or matter_name)
     if matter is not None and document.matter_id is None:
         document.matter_id = matter.id
     if entry.title and not document.title:
         document.title = entry.title
     digest = content_hash(data)
-    existing = session.scalar(
+    existing = None if new_document else session.scalar(
         select(DocumentVersion).where(DocumentVersion.document_id == document.id, DocumentVersion.content_hash == digest)
     )
     if existing is not None:
-        changed, retired = observe(session, existing, obj)
+        changed, retired = observe(session, existing, obj, new_object=new_object)
         outcome = Outcome.FAILED if existing.processing_state == ProcessingState.FAILED else Outcome.UNCHANGED
         if changed and outcome is Outcome.UNCHANGED:
             outcome = Outcome.NEW
         return IngestResult(existing.id, document.id, outcome, existing.last_error, retired)
-    version = _new_version(session, document, digest, entry)
+    version = _new_version(session, document, digest, entry, first=new_document)
     try:
         converted = convert(data, filename=filename or external_id, media_type=media_type)
     except ConversionError as exc:
         version.processing_state = ProcessingState.FAILED
         version.last_error = f"conversion failed: {exc}"
-        _, retired = observe(session, version, obj)
+        _, retired = observe(session, version, obj, new_object=new_object)
         return IngestResult(version.id, document.id, Outcome.FAILED, version.last_error, retired)
     version.text = converted.text
     version.media_type = converted.media_type
@@ -158,13 +164,16 @@ def ingest_bytes(
     if not document.title:
         document.title = converted.title
     version.processing_state = ProcessingState.CONVERTED
-    _, retired = observe(session, version, obj)
+    _, retired = observe(session, version, obj, new_object=new_object)
     refresh_latest_final(session, document)
     return IngestResult(version.id, document.id, Outcome.NEW, None, retired)
 
 
-def _new_version(session: Session, document: Document, digest: str, entry: ManifestEntry) -> DocumentVersion:
-    previous = session.scalar(
+def _new_version(
+    session: Session, document: Document, digest: str, entry: ManifestEntry, *, first: bool = False
+) -> DocumentVersion:
+    """The next version in the document's chain; `first`: the document has none yet."""
+    previous = None if first else session.scalar(
         select(DocumentVersion).where(DocumentVersion.document_id == document.id).order_by(DocumentVersion.seq.desc()).limit(1)
     )
     seq = previous.seq + 1 if previous is not None else 1
@@ -194,22 +203,26 @@ def _new_version(session: Session, document: Document, digest: str, entry: Manif
     return version
 
 
-def observe(session: Session, version: DocumentVersion, obj: SourceObject) -> tuple[bool, tuple[str, ...]]:
+def observe(
+    session: Session, version: DocumentVersion, obj: SourceObject, *, new_object: bool = False
+) -> tuple[bool, tuple[str, ...]]:
     """Make `version` the active observation of `obj`; retire what the object showed before.
 
     Returns whether anything changed and the versions that lost their observation.
     Observations decide visibility, so any change bumps the access generation.
+    `new_object`: created in this transaction, so it has no observations to read.
     """
     changed = False
     retired: list[str] = []
     current = None
     # One read: the object's active observations and its (possibly retired) one of `version`.
-    for observation in session.scalars(
+    stored = () if new_object else session.scalars(
         select(SourceObservation).where(
             SourceObservation.source_object_id == obj.id,
             or_(SourceObservation.state == ObservationState.ACTIVE, SourceObservation.version_id == version.id),
         )
-    ):
+    )
+    for observation in stored:
         if observation.version_id == version.id:
             current = observation
             continue
