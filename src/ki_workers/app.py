@@ -6,7 +6,11 @@ default install needs no broker.
 
 from __future__ import annotations
 
-from celery import Celery
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from celery import Celery, current_app
 from kombu import Queue
 
 from ki_core.config import Settings, get_settings
@@ -77,10 +81,42 @@ def beat_schedule(settings: Settings) -> dict:
 
 def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("ki")
+    # Not made current by construction: that would bind only the constructing thread (see app_for).
+    app = Celery("ki", set_as_current=False)
     app.conf.update(celery_config(settings))
     app.autodiscover_tasks(["ki_workers"], related_name="tasks", force=True)
     return app
 
 
-app = create_app()
+_apps: dict[tuple[str, int, bool], Celery] = {}
+_apps_lock = threading.Lock()
+
+
+def app_for(settings: Settings) -> Celery:
+    """The app configured from `settings` (one per broker configuration in a process); the webhook,
+    the sweep and `ki events` hand events over through it, so `broker.eager` decides, not the thread."""
+    key = (settings.broker.url, settings.broker.visibility_timeout_seconds, settings.broker.eager)
+    with _apps_lock:
+        if key not in _apps:
+            _apps[key] = create_app(settings)
+        return _apps[key]
+
+
+@contextmanager
+def running_in(app: Celery) -> Iterator[Celery]:
+    """`app` is this thread's current app meanwhile: an eager task's `.delay()` of the next stage
+    (a shared task, looked up in the current app) goes through the same configuration."""
+    previous = current_app._get_current_object()
+    app.set_current()
+    try:
+        yield app
+    finally:
+        previous.set_current()
+
+
+app = app_for(get_settings())
+# Celery keeps the current app per thread; every other thread would fall back to Celery's own,
+# unconfigured default app (amqp://localhost, never eager), so a task started from the web
+# server's threadpool would be published to some broker instead of running here.
+app.set_default()
+app.set_current()

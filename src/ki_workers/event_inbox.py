@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from celery import Celery, Task
+from celery import Task
+from celery.exceptions import Retry
 from sqlalchemy import Engine, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
@@ -130,55 +131,37 @@ def submit_event(settings: Settings, sessions: sessionmaker[Session], source_nam
 
 # ---------------------------------------------------------------- dispatch
 
-_producers: dict[tuple[str, int], Celery] = {}
 # Publishing must not hold a webhook answer for long when Redis is down: the sweep dispatches later.
 PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
-def producer(settings: Settings) -> Celery:
-    """A Celery app that only publishes (routes from app.py, no task modules imported)."""
-    from ki_workers.app import celery_config
-
-    key = (settings.broker.url, settings.broker.visibility_timeout_seconds)
-    if key not in _producers:
-        app = Celery("ki-producer")
-        app.conf.update(celery_config(settings))
-        _producers[key] = app
-    return _producers[key]
-
-
 def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events: Mapping[str, str]) -> int:
-    """Hand committed event rows ({row id: event type}) to the broker, or run them here when `broker.eager`.
+    """Hand committed event rows ({row id: event type}) to their task; returns how many were handed over.
 
-    Returns how many were handed over; a failure is logged and left to the sweep.
+    One path for both modes: the task of the app configured from `settings` is
+    published to the broker, or with `broker.eager` run here, to its end. A
+    failed publish is logged and left to the sweep (the row is durable); a
+    failed in-process run is the task's failure, recorded on the row as a
+    worker records it (Celery skips `on_failure` when an eager task propagates).
     """
+    from ki_workers.app import app_for, running_in
+
+    app = app_for(settings)
     handed = 0
     for row_id, event_type in events.items():
-        task_name = event_task_name(event_type)
-        if settings.broker.eager:
-            _run_in_process(sessions, row_id, task_name)
-            handed += 1
-            continue
         try:
-            producer(settings).send_task(task_name, args=[row_id], retry=True, retry_policy=PUBLISH_RETRY)
-            _mark_queued(sessions, [row_id])
-            handed += 1
-        except Exception as exc:  # noqa: BLE001 - the row is durable; the sweep dispatches it again
-            log.warning("event %s not dispatched (%s: %s); the sweep will retry", row_id, type(exc).__name__, exc)
+            with running_in(app):
+                app.tasks[event_task_name(event_type)].apply_async(args=[row_id], retry=True, retry_policy=PUBLISH_RETRY)
+        except Exception as exc:  # noqa: BLE001 - never lost: failed on the row, or left for the sweep
+            if settings.broker.eager:
+                finish_event(sessions, row_id, EventStatus.FAILED, _describe(exc))
+                log.warning("event %s failed (%s)", row_id, _describe(exc))
+            else:
+                log.warning("event %s not dispatched (%s: %s); the sweep will retry", row_id, type(exc).__name__, exc)
+            continue
+        _mark_queued(sessions, [row_id])
+        handed += 1
     return handed
-
-
-def _run_in_process(sessions: sessionmaker[Session], row_id: str, task_name: str) -> None:
-    """Embedded mode: the same task, run here; Celery skips on_failure when it propagates, so record it."""
-    from ki_workers import tasks
-
-    task = tasks.process_access_event if task_name == PROCESS_ACCESS_EVENT_TASK else tasks.process_event
-    _mark_queued(sessions, [row_id])
-    try:
-        task.delay(row_id)
-    except Exception as exc:  # noqa: BLE001 - recorded on the event row, where operators look
-        finish_event(sessions, row_id, EventStatus.FAILED, _describe(exc))
-        log.warning("event %s failed (%s)", row_id, _describe(exc))
 
 
 def _mark_queued(sessions: sessionmaker[Session], row_ids: list[str]) -> None:
@@ -313,6 +296,8 @@ class EventTask(Task):
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, Retry) and isinstance(exc.exc, BaseException):
+        exc = exc.exc  # an eager task's transient error, raised as the retry Celery would schedule
     return f"{type(exc).__name__}: {exc}"[:2000]
 
 

@@ -5,8 +5,10 @@
 "timestamp.body" matches within the time window (401), the body is JSON and
 a valid event (400, naming the field). It then writes the event row and
 commits (503 when the database cannot take it), answers 202 (200 for an
-event id seen before), and only after the commit hands the row to the broker.
-A failed hand-over is left to the sweep: the row is already durable.
+event id seen before), and after the answer hands the row to its task: to
+the broker, or with `broker.eager` run in-process in the threadpool, never on
+the event loop. A failed hand-over is left to the sweep, a failed in-process
+run is recorded on the row: either way the row is already durable.
 
 Only the ASGI entry point in `ki` imports this module; workers never do.
 """
@@ -30,6 +32,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.background import BackgroundTask
 
 from ki_core.config import Settings, get_settings
 from ki_core.db import engine_from_settings, session_factory
@@ -172,8 +175,11 @@ async def _receive(state: IngressState, source: str, request: Request) -> Respon
             {"status": "duplicate", "event_id": event.event_id, "id": accepted.row_id, "event_status": str(accepted.status)},
             status_code=200,
         )
-    await run_in_threadpool(dispatch_events, settings, state.sessions, {accepted.row_id: event.type})
-    return JSONResponse({"status": "accepted", "event_id": event.event_id, "id": accepted.row_id}, status_code=202)
+    # After the answer, in the threadpool: with `broker.eager` the hand-over is the whole processing.
+    hand_over = BackgroundTask(dispatch_events, settings, state.sessions, {accepted.row_id: event.type})
+    return JSONResponse(
+        {"status": "accepted", "event_id": event.event_id, "id": accepted.row_id}, status_code=202, background=hand_over
+    )
 
 
 async def read_limited(request: Request, limit: int) -> bytes:

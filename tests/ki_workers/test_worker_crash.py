@@ -24,7 +24,7 @@ from ki_core.db import make_engine, session_factory
 from ki_core.models import Chunk, Document, DocumentVersion, EventStatus, IngestEvent, ProcessingState, SourceObject
 from ki_core.search.index import open_index
 from ki_core.search.types import ScopeFilter
-from ki_workers.event_inbox import producer
+from ki_workers.app import app_for
 from ki_workers.ingress import create_ingress_app
 from tests.ki_workers.dms_support import SECRET, TEXT, content_server, upserted
 from tests.ki_workers.test_ingress import post
@@ -162,7 +162,7 @@ def test_an_event_whose_message_was_purged_is_completed_by_the_sweep(ingress, wo
     worker.start()
     time.sleep(2)
     assert event_state(committed_pg_url, data["event_id"]) == (EventStatus.QUEUED, 0)
-    producer(load_settings()).send_task("ki.sweep")  # what beat sends every sweep.interval_seconds
+    app_for(load_settings()).send_task("ki.sweep")  # what beat sends every sweep.interval_seconds
     wait_until(lambda: indexed(committed_pg_url, "LOST-1"), worker)
     assert event_state(committed_pg_url, data["event_id"]) == (EventStatus.DONE, 1)
 
@@ -184,7 +184,7 @@ def test_a_worker_killed_mid_task_loses_nothing_and_duplicates_nothing(
     # The killed worker's message stays unacknowledged; the sweep (beat) dispatches the event again.
     # Its lease died with the worker's database connection, so the copy may run at once.
     time.sleep(1.5)
-    producer(load_settings()).send_task("ki.sweep")
+    app_for(load_settings()).send_task("ki.sweep")
     wait_until(lambda: event_state(committed_pg_url, data["event_id"])[0] == EventStatus.DONE, worker)
     wait_until(lambda: indexed(committed_pg_url, "CRASH-1"), worker)
     assert event_state(committed_pg_url, data["event_id"]) == (EventStatus.DONE, 2)
