@@ -133,3 +133,21 @@ def test_a_transient_error_in_process_is_recorded_as_failed_with_its_cause(clien
     assert post(client, data).status_code == 202
     row = event_row(data["event_id"])
     assert (row.status, row.error) == (EventStatus.FAILED, "ContentUnavailable: content server answered 503")
+
+
+def test_webhooks_arriving_at_once_are_all_processed(client) -> None:
+    """Concurrent requests hand over on several threads; the single embedded writer takes them in turn."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    events = [upserted(f"C-{n}") for n in range(6)]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        codes = list(pool.map(lambda data: post(client, data).status_code, events))
+    assert codes == [202] * 6
+    rows = [event_row(data["event_id"]) for data in events]
+    assert [(row.status, row.error) for row in rows] == [(EventStatus.DONE, None)] * 6
+    ctx = worker_context()
+    with ctx.sessions() as session:
+        chunks = session.scalar(select(func.count()).select_from(Chunk))
+    index = ctx.index()
+    index.refresh()
+    assert chunks > 0 and index.count() == chunks
