@@ -102,9 +102,12 @@ def bump_access_generation(session: Session) -> int:
         .values(generation=AccessGeneration.generation + 1)
         .returning(AccessGeneration.generation)
     )
-    value = session.scalar(stmt)
+    # A plain statement on the session's connection: the ORM's bulk-update path (autoflush,
+    # session synchronization) has nothing to do for a counter row and costs more than the UPDATE.
+    connection = session.connection()
+    value = connection.execute(stmt).scalar()
     if value is None:
-        session.execute(insert(AccessGeneration).values(id=1, generation=1))
+        connection.execute(insert(AccessGeneration).values(id=1, generation=1))
         value = 1
     return int(value)
 
