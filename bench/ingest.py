@@ -57,9 +57,7 @@ class TimedEmbedder:
 
     def __init__(self, inner):
         self.inner = inner
-        self.seconds = 0.0
-        self.cpu_seconds = 0.0
-        self.inputs: list[str] = []
+        self.reset()
 
     @property
     def signature(self) -> str:
@@ -68,6 +66,9 @@ class TimedEmbedder:
     @property
     def dimensions(self) -> int:
         return self.inner.dimensions
+
+    def reset(self) -> None:
+        self.seconds, self.cpu_seconds, self.inputs = 0.0, 0.0, []
 
     def embed_passages(self, texts):
         start, cpu = time.perf_counter(), time.process_time()
@@ -83,6 +84,21 @@ class TimedEmbedder:
 
     def model_input(self, text, *, query):
         return self.inner.model_input(text, query=query)
+
+
+def warm_up(ctx, folder: Path, sync_folder) -> None:
+    """One small document of its own project through the whole pipeline before the clock starts.
+
+    A worker that has run once has its statement caches, regexes and converters
+    warm (the first document costs about 90 ms more than the next); that one-time
+    cost is start-up, like the model load, not throughput.
+    """
+    folder.mkdir(parents=True)
+    (folder / "aufwaermen.txt").write_text(
+        "Mietvertrag\n\n§ 1 Mietsache\nDer Vermieter vermietet dem Mieter die Wohnung. "
+        "Az. 4 C 6/05, vgl. § 573 Abs. 2 BGB.\n", encoding="utf-8"
+    )
+    sync_folder(ctx, folder, "bench-warm-up")
 
 
 def run(provider: str, corpus: Path, workdir: Path) -> dict:
@@ -109,6 +125,8 @@ def run(provider: str, corpus: Path, workdir: Path) -> dict:
     # so the cache's reads and writes count as pipeline time.
     cache = VectorCacheFile(workdir / provider / "bench-embeddings.sqlite3")
     ctx._embedder = CachedEmbedder(timed, cache, batch_size=settings.embedding.batch_size)
+    warm_up(ctx, workdir / provider / "warm-up", sync_folder)
+    timed.reset()
     start, cpu = time.perf_counter(), time.process_time()
     summary = sync_folder(ctx, corpus, "bench")
     total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
