@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,13 @@ if TYPE_CHECKING:
     from ki_workers.sources.dms import Followups
 
 log = logging.getLogger(__name__)
+
+# With broker.eager the handing over IS the processing, and webhooks hand over on several
+# threadpool threads at once. They take turns: Celery's eager apply_async saves and restores
+# a process-global "joining a result would block" flag, so overlapping runs leave it stuck
+# on (every later EagerResult.get() in the process then raises), and the embedded index has
+# one writer anyway.
+_IN_PROCESS_TURN = threading.Lock()
 
 OPEN_STATUSES = (EventStatus.RECEIVED, EventStatus.QUEUED, EventStatus.PROCESSING)
 FINISHED_STATUSES = (EventStatus.DONE, EventStatus.PARKED, EventStatus.FAILED)
@@ -150,7 +158,7 @@ def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events:
     handed = 0
     for row_id, event_type in events.items():
         try:
-            with running_in(app):
+            with _in_process_turn(settings), running_in(app):
                 app.tasks[event_task_name(event_type)].apply_async(args=[row_id], retry=True, retry_policy=PUBLISH_RETRY)
         except Exception as exc:  # noqa: BLE001 - never lost: failed on the row, or left for the sweep
             if settings.broker.eager:
@@ -162,6 +170,15 @@ def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events:
         _mark_queued(sessions, [row_id])
         handed += 1
     return handed
+
+
+@contextmanager
+def _in_process_turn(settings: Settings) -> Iterator[None]:
+    if not settings.broker.eager:
+        yield
+        return
+    with _IN_PROCESS_TURN:
+        yield
 
 
 def _mark_queued(sessions: sessionmaker[Session], row_ids: list[str]) -> None:

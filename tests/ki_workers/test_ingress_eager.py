@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from celery._state import task_join_will_block
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
@@ -151,3 +152,6 @@ def test_webhooks_arriving_at_once_are_all_processed(client) -> None:
     index = ctx.index()
     index.refresh()
     assert chunks > 0 and index.count() == chunks
+    # Overlapping eager runs would leave Celery's process-wide flag on, and every later
+    # EagerResult.get() in this process (a folder sync) would raise.
+    assert not task_join_will_block()
