@@ -399,7 +399,8 @@ _REFERENCE_LABELS = re.compile(
 )
 _MATTER = re.compile(r"^(?:in (?:der |den )?sachen?|mandat|mandant|betreff|betr\.|az\.?|subject)\s*:?\s*(.+)$", _LINE)
 _MATTER_VERSUS = re.compile(r"([^\n,;:]+?\s\./\.\s[^\n,;]+?)(?=\s+[–-]\s|\s+wegen\s|[,;]|$)", re.M)
-_VERSUS_SIGN = re.compile(r"\s\./\.\s")
+# Zero-width, so overlapping signs ("./. ./. X") are all found.
+_VERSUS_SIGN = re.compile(r"(?=\s\./\.\s)")
 
 
 def find_reference_numbers(text: str, case_numbers: Iterable[str]) -> list[str]:
