@@ -24,4 +24,4 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) .ki .pytest_cache .hypothesis
+	rm -rf $(VENV) .ki .ki-demo .pytest_cache .hypothesis
