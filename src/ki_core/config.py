@@ -291,6 +291,17 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _vector_engine_filters_inside_knn(self) -> Settings:
+        # The access scope travels as the filter inside the k-NN query; nmslib cannot apply
+        # one there (only lucene and faiss filter while searching), so it is refused up front.
+        if self.search.backend == "opensearch" and self.retrieval.vector_engine == "nmslib":
+            raise ValueError(
+                "retrieval.vector_engine 'nmslib' cannot filter inside a k-NN search, which the "
+                "access scope needs on search.backend 'opensearch'; use 'lucene' (default) or 'faiss'"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _retention_outlasts_the_replay_window(self) -> Settings:
         retention = timedelta(days=self.sweep.processed_event_retention_days)
         if retention <= self.dms.replay_horizon():

@@ -185,3 +185,13 @@ def test_event_retention_must_outlast_the_signature_replay_window(monkeypatch: p
         load_settings()
     monkeypatch.setenv("KI_DMS__SIGNATURE_TOLERANCE_SECONDS", str(12 * 3600 - 1))
     assert load_settings().sweep.processed_event_retention_days == 1
+
+
+def test_opensearch_with_an_engine_that_cannot_filter_inside_knn_is_refused() -> None:
+    """The access scope is the filter inside the k-NN query: an engine that ignores it must not start."""
+    with pytest.raises(ConfigError, match=r"retrieval\.vector_engine 'nmslib' cannot filter"):
+        load_settings(search={"backend": "opensearch"}, retrieval={"vector_engine": "nmslib"})
+    for engine in ("lucene", "faiss"):
+        assert load_settings(search={"backend": "opensearch"}, retrieval={"vector_engine": engine}).retrieval.vector_engine == engine
+    # The embedded backend has no such engine; the key is simply not used there.
+    assert load_settings(retrieval={"vector_engine": "nmslib"}).retrieval.vector_engine == "nmslib"
