@@ -13,7 +13,7 @@ from ki_core.config import ConfigError
 from ki_core.grants import InvalidPrincipal, UnknownTarget
 from ki_core.llm import GatewayError
 from ki_core.search.embedded import IndexLockedError
-from ki_core.search.types import IndexDimensionMismatch, SearchBackendError
+from ki_core.search.types import IndexMappingMismatch, SearchBackendError
 from ki_query.identity import Forbidden, Unauthenticated
 from ki_query.types import DocumentNotFound, InvalidDecision, InvalidFilters, WindowTooDeep
 from ki_workers.sources.local_fs import ManifestError
@@ -42,7 +42,7 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (UnknownCorpus, EXIT_FAILED),
     (CorpusLoadError, EXIT_FAILED),
     (EvalFileError, EXIT_FAILED),
-    (IndexDimensionMismatch, EXIT_CONFIG),
+    (IndexMappingMismatch, EXIT_CONFIG),
     (IndexLockedError, EXIT_UNAVAILABLE),
     (SearchBackendError, EXIT_UNAVAILABLE),
     (GatewayError, EXIT_UNAVAILABLE),

@@ -36,6 +36,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+# OpenSearch k-NN engines that apply a filter while searching the graph (efficient filtering).
+FILTERING_KNN_ENGINES = ("lucene", "faiss")
+
+
 class RetrievalSettings(_Section):
     """The `retrieval.*` table of spec/retrieval.md, defaults verbatim."""
 
@@ -292,11 +296,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _vector_engine_filters_inside_knn(self) -> Settings:
-        # The access scope travels as the filter inside the k-NN query; nmslib cannot apply
-        # one there (only lucene and faiss filter while searching), so it is refused up front.
-        if self.search.backend == "opensearch" and self.retrieval.vector_engine == "nmslib":
+        # The access scope travels as the filter inside the k-NN query; an engine that cannot
+        # apply one there (nmslib) is refused up front.
+        engine = self.retrieval.vector_engine
+        if self.search.backend == "opensearch" and engine not in FILTERING_KNN_ENGINES:
             raise ValueError(
-                "retrieval.vector_engine 'nmslib' cannot filter inside a k-NN search, which the "
+                f"retrieval.vector_engine {engine!r} cannot filter inside a k-NN search, which the "
                 "access scope needs on search.backend 'opensearch'; use 'lucene' (default) or 'faiss'"
             )
         return self

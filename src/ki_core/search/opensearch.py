@@ -17,7 +17,7 @@ from typing import Any
 from opensearchpy import OpenSearch
 from opensearchpy.exceptions import OpenSearchException, RequestError
 
-from ki_core.config import OpenSearchSettings, RetrievalSettings
+from ki_core.config import FILTERING_KNN_ENGINES, OpenSearchSettings, RetrievalSettings
 from ki_core.search.index import (
     IDENTIFIER_TOKEN_PATTERN,
     BulkOperation,
@@ -32,6 +32,7 @@ from ki_core.search.types import (
     FilterHit,
     IndexChunk,
     IndexDimensionMismatch,
+    IndexMappingMismatch,
     Leg,
     LegHit,
     MultiSearchRequest,
@@ -161,6 +162,10 @@ def index_body(
 
 def live_dimension(properties: dict[str, Any]) -> int | None:
     return properties.get("embedding", {}).get("dimension")
+
+
+def live_engine(properties: dict[str, Any]) -> str | None:
+    return properties.get("embedding", {}).get("method", {}).get("engine")
 
 
 def missing_properties(live: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
@@ -421,6 +426,7 @@ class OpenSearchIndex:
         for concrete, mapping in mappings.items():
             live = mapping.get("mappings", {}).get("properties", {})
             self._check_dimension(concrete, live_dimension(live))
+            self._check_engine(concrete, live_engine(live))
             missing = missing_properties(live, wanted)
             if missing:
                 self._call(self.client.indices.put_mapping, index=concrete, body={"properties": missing})
@@ -441,6 +447,15 @@ class OpenSearchIndex:
                 f"index {concrete} (alias {self.alias}) holds {live}-dimensional vectors but the "
                 f"embedder {self.signature} produces {self.dimensions}; run `ki reindex` to rebuild "
                 "the index for the configured embedder"
+            )
+
+    def _check_engine(self, concrete: str, engine: str | None) -> None:
+        """An index built with an engine that cannot filter inside k-NN would search past the scope."""
+        if engine is not None and engine not in FILTERING_KNN_ENGINES:
+            raise IndexMappingMismatch(
+                f"index {concrete} (alias {self.alias}) was built with the {engine} k-NN engine, which cannot "
+                f"apply the access filter inside the search; run `ki reindex` with retrieval.vector_engine "
+                f"{' or '.join(FILTERING_KNN_ENGINES)}"
             )
 
     def rebuild_into(self, new_name: str) -> OpenSearchIndex:

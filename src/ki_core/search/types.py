@@ -210,7 +210,11 @@ class BulkFailure(RuntimeError):
         super().__init__(f"bulk write failed for {len(failed)} chunk(s): {shown}{more}")
 
 
-class IndexDimensionMismatch(RuntimeError):
+class IndexMappingMismatch(RuntimeError):
+    """The live index was built in a way this configuration cannot serve; `ki reindex` rebuilds it."""
+
+
+class IndexDimensionMismatch(IndexMappingMismatch):
     """The live index holds vectors of another dimension than the configured embedder."""
 
 

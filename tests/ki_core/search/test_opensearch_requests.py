@@ -20,6 +20,7 @@ from ki_core.search.types import (
     FilterHit,
     IndexChunk,
     IndexDimensionMismatch,
+    IndexMappingMismatch,
     Leg,
     LegHit,
     MultiSearchRequest,
@@ -518,3 +519,13 @@ def test_open_index_builds_the_opensearch_backend_from_settings_without_a_reques
     assert isinstance(index, OpenSearchIndex) and isinstance(index, SearchIndex)
     assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing:t:3")
     index.close()
+
+
+def test_ensure_refuses_a_live_index_whose_knn_engine_cannot_filter(script: Script) -> None:
+    """An index built by hand (or an old deploy) with nmslib would search past the access filter."""
+    embedding = {**EXPECTED_PROPERTIES["embedding"], "method": {**EXPECTED_PROPERTIES["embedding"]["method"], "engine": "nmslib"}}
+    live = {**EXPECTED_PROPERTIES, "embedding": embedding}
+    script.reply("HEAD", f"/{ALIAS}").reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": live}}})
+    with pytest.raises(IndexMappingMismatch, match=r"nmslib k-NN engine.*ki reindex"):
+        make_index(script).ensure()
+    assert [r.method for r in script.sent] == ["HEAD", "GET"]
