@@ -42,8 +42,8 @@ log = logging.getLogger(__name__)
 # threadpool threads at once. They take turns: Celery's eager apply_async saves and restores
 # a process-global "joining a result would block" flag, so overlapping runs leave it stuck
 # on (every later EagerResult.get() in the process then raises), and the embedded index has
-# one writer anyway.
-_IN_PROCESS_TURN = threading.Lock()
+# one writer anyway. Reentrant: the in-process sweep holds its turn while it dispatches.
+_IN_PROCESS_TURN = threading.RLock()
 
 OPEN_STATUSES = (EventStatus.RECEIVED, EventStatus.QUEUED, EventStatus.PROCESSING)
 FINISHED_STATUSES = (EventStatus.DONE, EventStatus.PARKED, EventStatus.FAILED)
@@ -158,7 +158,7 @@ def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events:
     handed = 0
     for row_id, event_type in events.items():
         try:
-            with _in_process_turn(settings), running_in(app):
+            with in_process_turn(settings), running_in(app):
                 app.tasks[event_task_name(event_type)].apply_async(args=[row_id], retry=True, retry_policy=PUBLISH_RETRY)
         except Exception as exc:  # noqa: BLE001 - never lost: failed on the row, or left for the sweep
             if settings.broker.eager:
@@ -173,7 +173,8 @@ def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events:
 
 
 @contextmanager
-def _in_process_turn(settings: Settings) -> Iterator[None]:
+def in_process_turn(settings: Settings) -> Iterator[None]:
+    """One in-process (broker.eager) run at a time; nothing to wait for when workers run the tasks."""
     if not settings.broker.eager:
         yield
         return

@@ -15,9 +15,10 @@ Only the ASGI entry point in `ki` imports this module; workers never do.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -340,14 +341,36 @@ def create_ingress_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        yield
-        engine.dispose()
+        sweeper = asyncio.create_task(_sweep_in_process_forever(settings)) if settings.broker.eager else None
+        try:
+            yield
+        finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with suppress(asyncio.CancelledError):
+                    await sweeper
+            engine.dispose()
 
     app = FastAPI(title="LegalMemory knowledge index: DMS ingress", version="1", lifespan=lifespan)
     app.include_router(create_ingress_router(state))
     app.state.ingress = state
     _publish_event_schema(app)
     return app
+
+
+async def _sweep_in_process_forever(settings: Settings) -> None:
+    """With broker.eager no beat runs: the process sweeps itself, first right at start, so an
+    event a crash left half-done is taken up again, then every sweep.interval_seconds."""
+    from ki_workers.context import worker_context
+    from ki_workers.sweep import sweep_in_process
+
+    while True:
+        try:
+            result = await run_in_threadpool(sweep_in_process, worker_context())
+            log.debug("in-process sweep: %s", result)
+        except Exception:  # noqa: BLE001 - a failed sweep is logged and tried again next interval
+            log.exception("in-process sweep failed; next try in %d s", settings.sweep.interval_seconds)
+        await asyncio.sleep(settings.sweep.interval_seconds)
 
 
 def _publish_event_schema(app: FastAPI) -> None:

@@ -58,6 +58,16 @@ def run_sweep(ctx: WorkerContext) -> dict:
     }
 
 
+def sweep_in_process(ctx: WorkerContext) -> dict:
+    """The sweep of a process that runs the tasks itself (broker.eager: `ki serve` on the
+    embedded default), where no beat and no worker exist to do it. It takes its turn like a
+    webhook, so it never overlaps the processing of one."""
+    from ki_workers.event_inbox import in_process_turn
+
+    with in_process_turn(ctx.settings):
+        return run_sweep(ctx)
+
+
 def prune_events(ctx: WorkerContext) -> int:
     """Delete processed events past the retention (never open, failed or parked ones); returns how many."""
     days = ctx.settings.sweep.processed_event_retention_days

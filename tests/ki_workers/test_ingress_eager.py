@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from celery._state import task_join_will_block
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from ki.commands.store import prepare_store
 from ki_core.config import Settings, load_settings
 from ki_core.models import Chunk, DocumentVersion, EventStatus, IngestEvent, ProcessingState
+from ki_core.models.base import utcnow
+from ki_workers import ingress
 from ki_workers import tasks  # noqa: F401 - like a long-lived process: the Celery app was built on another thread
 from ki_workers.context import reset_worker_context, worker_context
 from ki_workers.ingress import create_ingress_app
@@ -155,3 +159,27 @@ def test_webhooks_arriving_at_once_are_all_processed(client) -> None:
     # Overlapping eager runs would leave Celery's process-wide flag on, and every later
     # EagerResult.get() in this process (a folder sync) would raise.
     assert not task_join_will_block()
+
+
+def test_an_event_a_crash_left_open_is_taken_up_when_the_server_starts_again(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No beat runs beside `ki serve` on the embedded default: the server sweeps itself at start."""
+    data = upserted("R-1")
+    with monkeypatch.context() as crashed:  # accepted and committed, then the process died before processing
+        crashed.setattr(ingress, "dispatch_events", lambda *args: 0)
+        with TestClient(create_ingress_app(settings)) as first:
+            assert post(first, data).status_code == 202
+    assert event_row(data["event_id"]).status == EventStatus.RECEIVED
+    long_ago = utcnow() - timedelta(seconds=settings.sweep.event_redispatch_after_seconds + 60)
+    with worker_context().sessions() as session, session.begin():
+        session.execute(update(IngestEvent).values(received_at=long_ago, updated_at=long_ago))
+
+    with TestClient(create_ingress_app(settings)):
+        deadline = time.monotonic() + 30
+        while event_row(data["event_id"]).status != EventStatus.DONE and time.monotonic() < deadline:
+            time.sleep(0.1)
+    row = event_row(data["event_id"])
+    assert (row.status, row.error) == (EventStatus.DONE, None)
+    with worker_context().sessions() as session:
+        assert session.scalar(select(func.count()).select_from(DocumentVersion)) == 1
