@@ -159,3 +159,22 @@ def test_changed_file_content_replaces_the_old_version_in_search(ctx, folder: Pa
     assert all(index.stored_fields(c.id) is None for c in old_chunks)
     new_chunks = [c for c in _chunks(ctx, document_id=letter.id) if c.id not in {o.id for o in old_chunks}]
     assert new_chunks and all(index.stored_fields(c.id) is not None for c in new_chunks)
+
+
+def test_the_index_plan_and_watermarks_take_more_versions_than_one_statement_has_parameters(ctx, folder: Path) -> None:
+    """`ki reindex` records the watermarks of every version at once: no per-statement parameter limit
+    (SQLite 32,766, psycopg 65,535) may cap how many versions one plan or one watermark write covers."""
+    from ki_workers.stages.embed_index import plan_index_writes, record_watermarks
+
+    sync_folder(ctx, folder, "kontorwerk")
+    with ctx.sessions() as session:
+        real = list(session.scalars(select(DocumentVersion.id).where(DocumentVersion.processing_state == ProcessingState.INDEXED)))
+    unknown = [f"{n:032x}" for n in range(70_000)]
+    with ctx.sessions() as session:
+        plan = plan_index_writes(session, [*unknown, *real], ctx.settings)
+    assert set(plan.watermarks) == set(real)
+    assert len([op for op in plan.operations if hasattr(op, "chunk")]) == len(_chunks(ctx))
+    record_watermarks(ctx, {**dict.fromkeys(unknown), **plan.watermarks})
+    with ctx.sessions() as session:
+        recorded = dict(session.execute(select(DocumentVersion.id, DocumentVersion.indexed_access_version)).all())
+    assert all(recorded[version_id] == plan.watermarks[version_id] for version_id in real)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ki_core.acl import access_projection
+from ki_core.acl import access_projection, in_set
 from ki_core.models import Chunk, DocumentVersion, ProcessingState
 from ki_core.search.index import BulkOperation, DeleteOp, UpdateAccessOp
 from ki_core.search.types import AccessProjection
@@ -42,7 +42,7 @@ def reindex_access(ctx: WorkerContext, version_ids: list[str]) -> AccessReindexR
 def _plan(session: Session, version_ids: list[str], ctx: WorkerContext):
     versions = [
         v
-        for v in session.scalars(select(DocumentVersion).where(DocumentVersion.id.in_(version_ids)))
+        for v in session.scalars(select(DocumentVersion).where(in_set(DocumentVersion.id, version_ids)))
         if v.processing_state == ProcessingState.INDEXED
     ]
     observed = active_versions(session, [v.id for v in versions])

@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from ki_core.acl import access_projection
+from ki_core.acl import access_projection, in_set
 from ki_core.config import Settings
 from ki_core.models import (
     Chunk,
@@ -227,7 +227,7 @@ def plan_index_writes(session: Session, version_ids: list[str], settings: Settin
     access reindex of versions missing from the index, and `ki reindex`. Reads
     a handful of batched queries for the whole list, not a few per version.
     """
-    versions = list(session.scalars(select(DocumentVersion).where(DocumentVersion.id.in_(version_ids))))
+    versions = list(session.scalars(select(DocumentVersion).where(in_set(DocumentVersion.id, version_ids))))
     observed = observed_objects(session, [v.id for v in versions])
     projections = access_projection(session, list(observed), acl_mode=settings.security.source_acl_mode)
     chunks = _chunks_by_version(session, [v.id for v in versions])
@@ -258,7 +258,7 @@ def observed_objects(session: Session, version_ids: list[str]) -> dict[str, str]
         return {}
     rows = session.execute(
         select(SourceObservation.version_id, SourceObservation.source_object_id)
-        .where(SourceObservation.version_id.in_(version_ids), SourceObservation.state == ObservationState.ACTIVE)
+        .where(in_set(SourceObservation.version_id, version_ids), SourceObservation.state == ObservationState.ACTIVE)
         .order_by(SourceObservation.version_id, SourceObservation.observed_at)
     )
     observed: dict[str, str] = {}
@@ -271,7 +271,7 @@ def _chunks_by_version(session: Session, version_ids: list[str]) -> dict[str, li
     by_version: dict[str, list[Chunk]] = {}
     if version_ids:
         rows = session.scalars(
-            select(Chunk).where(Chunk.version_id.in_(version_ids)).order_by(Chunk.version_id, Chunk.ordinal)
+            select(Chunk).where(in_set(Chunk.version_id, version_ids)).order_by(Chunk.version_id, Chunk.ordinal)
         )
         for row in rows:
             by_version.setdefault(row.version_id, []).append(row)
@@ -284,7 +284,7 @@ def _version_fields(
     """Version id -> the document-level fields every chunk of that version carries."""
     document_ids = {v.document_id for v in versions}
     documents = (
-        {d.id: d for d in session.scalars(select(Document).where(Document.id.in_(document_ids)))}
+        {d.id: d for d in session.scalars(select(Document).where(in_set(Document.id, document_ids)))}
         if document_ids else {}
     )
     ancestors = doc_type_ancestors_many(session, {d.doc_type_id for d in documents.values() if d.doc_type_id})
@@ -312,7 +312,7 @@ def doc_type_ancestors_many(session: Session, node_ids: set[str]) -> dict[str, t
         return {}
     rows = session.execute(
         select(OntologyClosure.descendant_id, OntologyClosure.ancestor_id)
-        .where(OntologyClosure.descendant_id.in_(node_ids))
+        .where(in_set(OntologyClosure.descendant_id, node_ids))
         .order_by(OntologyClosure.descendant_id, OntologyClosure.depth)
     )
     ancestors: dict[str, list[str]] = {}
@@ -382,7 +382,7 @@ def record_watermarks(ctx: WorkerContext, watermarks: dict[str, int | None]) -> 
     signature = index_signature(ctx.settings)
     with ctx.sessions() as session, session.begin():
         versions = {
-            v.id: v for v in session.scalars(select(DocumentVersion).where(DocumentVersion.id.in_(list(watermarks))))
+            v.id: v for v in session.scalars(select(DocumentVersion).where(in_set(DocumentVersion.id, watermarks)))
         } if watermarks else {}
         for version_id, access_version in watermarks.items():
             version = versions.get(version_id)
