@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ki_core.embedding import EmbedderWrapper
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 
@@ -52,20 +54,12 @@ def build_corpus(target: Path, decisions: Path, statutes: Path, sections: int, p
     return count
 
 
-class TimedEmbedder:
+class TimedEmbedder(EmbedderWrapper):
     """Counts time inside the embedder and remembers what it embedded."""
 
     def __init__(self, inner):
-        self.inner = inner
+        super().__init__(inner)
         self.reset()
-
-    @property
-    def signature(self) -> str:
-        return self.inner.signature
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
 
     def reset(self) -> None:
         self.seconds, self.cpu_seconds, self.inputs = 0.0, 0.0, []
@@ -78,12 +72,6 @@ class TimedEmbedder:
             self.seconds += time.perf_counter() - start
             self.cpu_seconds += time.process_time() - cpu
             self.inputs.extend(texts)
-
-    def embed_query(self, text):
-        return self.inner.embed_query(text)
-
-    def model_input(self, text, *, query):
-        return self.inner.model_input(text, query=query)
 
 
 def warm_up(ctx, folder: Path, sync_folder) -> None:

@@ -612,20 +612,15 @@ def _is_sqlite_busy(error: BaseException) -> bool:
     return "locked" in message or "busy" in message
 
 
-class CachedEmbedder:
-    """An embedder that asks its inner embedder only for strings it has never embedded.
+class EmbedderWrapper:
+    """An embedder around another one: same signature, dimensions and model input.
 
-    Reindexing and re-runs of an evaluation pay for each text once. Work is
-    done in batches of `batch_size`, each committed to the cache, so an
-    interrupted run resumes where it stopped.
+    Subclasses override what they add (caching, counting, timing); everything
+    else passes through, so a wrapper never changes which index the vectors fit.
     """
 
-    def __init__(self, inner: Embedder, cache: VectorCacheFile, *, batch_size: int = 32):
+    def __init__(self, inner: Embedder):
         self.inner = inner
-        self.cache = cache
-        self.batch_size = batch_size
-        self.hits = 0
-        self.misses = 0
 
     @property
     def signature(self) -> str:
@@ -637,6 +632,28 @@ class CachedEmbedder:
 
     def model_input(self, text: str, *, query: bool) -> str:
         return self.inner.model_input(text, query=query)
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_passages(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+
+class CachedEmbedder(EmbedderWrapper):
+    """An embedder that asks its inner embedder only for strings it has never embedded.
+
+    Reindexing and re-runs of an evaluation pay for each text once. Work is
+    done in batches of `batch_size`, each committed to the cache, so an
+    interrupted run resumes where it stopped.
+    """
+
+    def __init__(self, inner: Embedder, cache: VectorCacheFile, *, batch_size: int = 32):
+        super().__init__(inner)
+        self.cache = cache
+        self.batch_size = batch_size
+        self.hits = 0
+        self.misses = 0
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)

@@ -12,7 +12,7 @@ import pytest
 
 from ki.commands.store import prepare_store
 from ki_core.config import get_settings
-from ki_core.embedding import HashingEmbedder
+from ki_core.embedding import EmbedderWrapper, HashingEmbedder
 from ki_workers.context import reset_worker_context, worker_context
 from tests.conftest import create_database, drop_database
 
@@ -50,21 +50,13 @@ def ctx(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     reset_worker_context()
 
 
-class CountingEmbedder:
+class CountingEmbedder(EmbedderWrapper):
     """The hashing embedder, counting every text it is asked to embed."""
 
     def __init__(self, inner: HashingEmbedder):
-        self.inner = inner
+        super().__init__(inner)
         self.passages = 0
         self.queries = 0
-
-    @property
-    def signature(self) -> str:
-        return self.inner.signature
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
         self.passages += len(texts)
