@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import TypeAdapter
 
-from ki_core.search.types import FilterHit, LegHit, ScopeFilter, SearchFilters
+from ki_core.search.types import TERM_FILTER_FIELDS, FilterHit, LegHit, ScopeFilter, SearchFilters
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,8 @@ SINGLE_COLUMNS = (
 )
 # Multi-valued fields are interned as whole tuples: a corpus has few distinct ancestor chains.
 TUPLE_COLUMNS = ("doc_type_ancestors", "identifiers")
-_TERM_FILTERS = ("project_id", "matter_id", "version_status", "language", "clause_type", "chunk_kind")
+# The filters on a field of their own name; doc_type is matched by its ancestor chains below.
+_TERM_FILTERS = tuple(name for name, field in TERM_FILTER_FIELDS.items() if name == field)
 _MASK_CACHE_SIZE = 64
 _LEG_HITS = TypeAdapter(tuple[LegHit, ...])
 _HIT_COLUMNS = ("document_id", "document_version_id", "project_id", "version_status", "chunk_kind", "identifiers")

@@ -27,6 +27,7 @@ from ki_core.search.index import (
 )
 from ki_core.search.types import (
     FILTER_KEYWORD_FIELDS,
+    TERM_FILTER_FIELDS,
     AccessProjection,
     BulkFailure,
     FilterHit,
@@ -63,16 +64,6 @@ STORED_FIELDS = [name for name in IndexChunk.model_fields if name not in ("text"
 _KEYWORD = {"type": "keyword"}
 # The filter columns plus the inspection-only keyword fields.
 _KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals")
-# SearchFilters field -> indexed field it is a term on (doc_type: subtree via the ancestors).
-_TERM_FILTERS = {
-    "project_id": "project_id",
-    "matter_id": "matter_id",
-    "doc_type": "doc_type_ancestors",
-    "version_status": "version_status",
-    "language": "language",
-    "clause_type": "clause_type",
-    "chunk_kind": "chunk_kind",
-}
 
 
 def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
@@ -194,7 +185,7 @@ def scope_clause(scope: ScopeFilter) -> dict[str, Any]:
 def metadata_clauses(filters: SearchFilters) -> list[dict[str, Any]]:
     clauses: list[dict[str, Any]] = [
         {"term": {field: value}}
-        for name, field in _TERM_FILTERS.items()
+        for name, field in TERM_FILTER_FIELDS.items()
         if (value := getattr(filters, name)) is not None
     ]
     if filters.date_from or filters.date_to:

@@ -17,21 +17,12 @@ import tantivy
 from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
 
 from ki_core.search.index import IDENTIFIER_TOKEN_PATTERN
-from ki_core.search.types import FILTER_KEYWORD_FIELDS, IndexChunk, ScopeFilter, SearchFilters
+from ki_core.search.types import FILTER_KEYWORD_FIELDS, TERM_FILTER_FIELDS, IndexChunk, ScopeFilter, SearchFilters
 
 GERMAN = "ki_german"
 IDENTIFIER = "ki_identifier"
 # Raw (untokenized) keyword fields: every filter field of the spec.
 KEYWORD_FIELDS = FILTER_KEYWORD_FIELDS
-_TERM_FILTERS = {
-    "project_id": "project_id",
-    "matter_id": "matter_id",
-    "doc_type": "doc_type_ancestors",
-    "version_status": "version_status",
-    "language": "language",
-    "clause_type": "clause_type",
-    "chunk_kind": "chunk_kind",
-}
 # Indexing buffer shared by the writer threads (tantivy needs >= 15 MB per thread).
 WRITER_HEAP_BYTES = 256_000_000
 _EPOCH = date(1970, 1, 1)
@@ -264,7 +255,7 @@ class TextIndex:
     def metadata_queries(self, filters: SearchFilters) -> list[Query]:
         queries = [
             Query.term_query(self.schema, field, value, index_option="basic")
-            for name, field in _TERM_FILTERS.items()
+            for name, field in TERM_FILTER_FIELDS.items()
             if (value := getattr(filters, name)) is not None
         ]
         if filters.date_from or filters.date_to:

@@ -31,6 +31,17 @@ FILTER_KEYWORD_FIELDS = (
     "chunk_kind",
     "clause_type",
 )
+# SearchFilters field -> the indexed field it is a term on, in every backend; doc_type is
+# matched against the ancestors, so filtering by a type includes its subtypes.
+TERM_FILTER_FIELDS = {
+    "project_id": "project_id",
+    "matter_id": "matter_id",
+    "doc_type": "doc_type_ancestors",
+    "version_status": "version_status",
+    "language": "language",
+    "clause_type": "clause_type",
+    "chunk_kind": "chunk_kind",
+}
 
 
 def oversampled_window(n: int) -> int:
