@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ki_core.acl import access_projection, in_set
@@ -379,15 +379,32 @@ def _write_index(ctx: WorkerContext, version_ids: list[str], extra_deletes: tupl
 
 
 def record_watermarks(ctx: WorkerContext, watermarks: dict[str, int | None]) -> None:
+    """Mark the versions indexed at the access generation their index rows carry.
+
+    Reads only (id, state) and writes by primary key in one executemany: a full
+    reindex passes every version, and loading their rows would load every text.
+    """
+    if not watermarks:
+        return
     signature = index_signature(ctx.settings)
     with ctx.sessions() as session, session.begin():
-        versions = {
-            v.id: v for v in session.scalars(select(DocumentVersion).where(in_set(DocumentVersion.id, watermarks)))
-        } if watermarks else {}
-        for version_id, access_version in watermarks.items():
-            version = versions.get(version_id)
-            if version is None or version.processing_state == ProcessingState.FAILED:
-                continue
-            version.indexed_access_version = access_version
-            version.indexed_signature = signature if access_version is not None else None
-            version.processing_state = ProcessingState.INDEXED
+        writable = set(
+            session.scalars(
+                select(DocumentVersion.id).where(
+                    in_set(DocumentVersion.id, watermarks), DocumentVersion.processing_state != ProcessingState.FAILED
+                )
+            )
+        )
+        rows = [
+            {
+                "id": version_id,
+                "indexed_access_version": access_version,
+                "indexed_signature": signature if access_version is not None else None,
+                "processing_state": ProcessingState.INDEXED,
+                "updated_at": utcnow(),
+            }
+            for version_id, access_version in watermarks.items()
+            if version_id in writable
+        ]
+        if rows:
+            session.execute(update(DocumentVersion), rows)
