@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from ki_core.acl import access_projection, in_set
 from ki_core.config import Settings
@@ -227,7 +227,12 @@ def plan_index_writes(session: Session, version_ids: list[str], settings: Settin
     access reindex of versions missing from the index, and `ki reindex`. Reads
     a handful of batched queries for the whole list, not a few per version.
     """
-    versions = list(session.scalars(select(DocumentVersion).where(in_set(DocumentVersion.id, version_ids))))
+    # The text is not an index field of the version (chunks carry their own): not read.
+    versions = list(
+        session.scalars(
+            select(DocumentVersion).options(defer(DocumentVersion.text)).where(in_set(DocumentVersion.id, version_ids))
+        )
+    )
     observed = observed_objects(session, [v.id for v in versions])
     projections = access_projection(session, list(observed), acl_mode=settings.security.source_acl_mode)
     chunks = _chunks_by_version(session, [v.id for v in versions])
