@@ -34,13 +34,13 @@ from ki_core.models import (
     DecisionRecord,
     RelationKind,
 )
-from ki_core.search.embedded import EmbeddedIndex
-from ki_core.search.index import IndexOp
+from ki_core.search.index import IndexOp, SearchIndex
 from ki_core.search.types import IndexChunk, SearchFilters
 from ki_query.retrieval import RetrievalService
 from ki_query.scope import AccessService
 from ki_query.text_match import query_terms, words
 from ki_query.types import DocumentNotFound, SearchRequest
+from tests.ki_core.search.backends import CONTRACT_BACKENDS, make_backend
 from tests.ki_query.sql_world import SqlWorld
 
 # 25 worlds per database, 8 searches, 4 listings and up to 12 document reads each: about 13 s on
@@ -216,7 +216,7 @@ class Built:
     names: dict[str, str]  # any id -> name
 
 
-def build(session: Session, spec: Spec, index: EmbeddedIndex, next_chunk_id: list[int]) -> Built:
+def build(session: Session, spec: Spec, index: SearchIndex, next_chunk_id: list[int]) -> Built:
     world = SqlWorld(session, Settings())
     for name, doc in spec.version_doc.items():
         world.version(name, project=spec.doc_project[doc], status=spec.version_status[name], observed=None,
@@ -257,7 +257,7 @@ def _decisions(world: SqlWorld, spec: Spec) -> dict[str, str]:
     return ids
 
 
-def _chunks(world: SqlWorld, spec: Spec, index: EmbeddedIndex, next_chunk_id: list[int]):
+def _chunks(world: SqlWorld, spec: Spec, index: SearchIndex, next_chunk_id: list[int]):
     """SQL chunk rows and their index entries; then one extra SQL chunk per world that the index
     claims for another document (re-verification must drop it)."""
     embedder = HashingEmbedder(dimensions=DIMENSIONS)
@@ -276,6 +276,7 @@ def _chunks(world: SqlWorld, spec: Spec, index: EmbeddedIndex, next_chunk_id: li
         "document_id": world.documents[claimed].id, "project_id": world.projects[spec.doc_project[claimed]].id,
     })))
     index.bulk(ops)
+    index.refresh()
     return chunk_version, chunk_text, chunk_kind, chunk_id
 
 
@@ -420,7 +421,7 @@ class Check:
         assert found == expected, "decisions"
 
 
-def check_world(session: Session, index: EmbeddedIndex, seed: int, next_chunk_id: list[int]) -> None:
+def check_world(session: Session, index: SearchIndex, seed: int, next_chunk_id: list[int]) -> None:
     rng = random.Random(seed)
     spec = generate(rng)
     savepoint = session.begin_nested()
@@ -437,11 +438,18 @@ def check_world(session: Session, index: EmbeddedIndex, seed: int, next_chunk_id
         savepoint.rollback()
 
 
+@pytest.mark.parametrize("backend_name", CONTRACT_BACKENDS)
 def test_no_hit_listing_document_relation_or_decision_leaks_outside_the_scope(
-    db_session: Session, tmp_path: Path
+    db_session: Session, tmp_path: Path, backend_name: str
 ) -> None:
+    """On every backend: the OpenSearch scope query and the embedded one must admit the same."""
     next_chunk_id = [1_000]
-    with EmbeddedIndex(tmp_path / "index", dimensions=DIMENSIONS) as index:
+    backend, cleanup = make_backend(backend_name, tmp_path / "index")
+    try:
+        index = backend.open(DIMENSIONS)
         index.ensure()
         for seed in range(WORLDS_PER_DATABASE):
             check_world(db_session, index, seed, next_chunk_id)
+    finally:
+        backend.close_all()
+        cleanup()

@@ -1,4 +1,4 @@
-"""Backends under the one contract: embedded in a tmp dir, OpenSearch when KI_TEST_OPENSEARCH_URL is set.
+"""The contract suite's fixtures: both backends (tests/ki_core/search/backends.py) loaded with one fixture.
 
 Fixture chunks are real BGB Absätze (tests/fixtures/search_chunks.jsonl) spread over three
 projects, nine versions and every filter field; vectors are hashed unit vectors of the text.
@@ -8,25 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ki_core.config import OpenSearchSettings, RetrievalSettings
-from ki_core.search.embedded import EmbeddedIndex
 from ki_core.search.index import IndexOp, SearchIndex
 from ki_core.search.types import IndexChunk, ScopeFilter, SearchFilters
+from tests.ki_core.search.backends import CONTRACT_BACKENDS, DIMS, OPENSEARCH_URL, Backend, make_backend
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "search_chunks.jsonl"
-DIMS = 32
-OPENSEARCH_URL = os.environ.get("KI_TEST_OPENSEARCH_URL")
-CONTRACT_BACKENDS = ["embedded", *(["opensearch"] if OPENSEARCH_URL else [])]
 
 
 def unit_vector(seed: str, dims: int = DIMS) -> tuple[float, ...]:
@@ -89,58 +82,6 @@ def chunk_ids_of(**fields: object) -> set[int]:
 
 
 EVERYTHING = ScopeFilter(project_ids=frozenset({c.project_id for c in FIXTURE_CHUNKS}))
-
-
-@dataclass
-class Backend:
-    """Opens handles on one index of one backend; `cosine` turns a semantic score into a cosine."""
-
-    name: str
-    opener: Callable[[int], SearchIndex]
-    cosine: Callable[[float], float]
-    opened: list[SearchIndex] = field(default_factory=list)
-
-    def open(self, dims: int = DIMS) -> SearchIndex:
-        index = self.opener(dims)
-        self.opened.append(index)
-        return index
-
-    def close_all(self) -> None:
-        for index in self.opened:
-            index.close()
-        self.opened.clear()
-
-
-def embedded_backend(path: Path) -> Backend:
-    return Backend("embedded", lambda dims: EmbeddedIndex(path, dimensions=dims), lambda score: score)
-
-
-def opensearch_backend() -> tuple[Backend, Callable[[], None]]:
-    from ki_core.search.opensearch import OpenSearchIndex, cosine_from_knn_score, make_client
-
-    settings = OpenSearchSettings(hosts=[OPENSEARCH_URL], number_of_replicas=0)
-    alias = f"ki-test-{uuid.uuid4().hex[:10]}"
-    client = make_client(settings)
-
-    def opener(dims: int) -> SearchIndex:
-        return OpenSearchIndex(
-            make_client(settings), alias=alias, dimensions=dims, signature=f"hashing:test:{dims}",
-            retrieval=RetrievalSettings(), opensearch=settings,
-        )  # fmt: skip
-
-    def cleanup() -> None:
-        names = sorted(client.indices.get(index=f"{alias}*"))
-        if names:
-            client.indices.delete(index=",".join(names))
-        client.close()
-
-    return Backend("opensearch", opener, lambda s: cosine_from_knn_score(s, "cosinesimil")), cleanup
-
-
-def make_backend(name: str, path: Path) -> tuple[Backend, Callable[[], None]]:
-    if name == "embedded":
-        return embedded_backend(path), lambda: None
-    return opensearch_backend()
 
 
 @pytest.fixture(params=CONTRACT_BACKENDS)

@@ -302,7 +302,11 @@ def test_access_only_update_changes_the_projection_and_leaves_text_and_vector(lo
     unchanged = {k for k in before_fields if k not in ("allowed_principals", "denied_principals", "access_version")}
     assert {k: after_fields[k] for k in unchanged} == {k: before_fields[k] for k in unchanged}
     assert loaded_index.stored_fields(103)["allowed_principals"] == ("group:proj-miete",)  # type: ignore[index]
-    assert ranks_and_scores(search(loaded_index, "Miete entrichten").hits(Leg.LEXICAL)) == lexical_before
+    # The text is still indexed: the same chunks match. Their scores and even their order may
+    # shift on OpenSearch, since Lucene counts an updated document's old copy in the BM25
+    # statistics (average length, document frequencies) until a segment merge.
+    lexical_after = ranks_and_scores(search(loaded_index, "Miete entrichten").hits(Leg.LEXICAL))
+    assert {chunk_id for chunk_id, _ in lexical_after} == {chunk_id for chunk_id, _ in lexical_before}
     semantic_after = search(loaded_index, vector=BY_ID[102].embedding).hits(Leg.SEMANTIC)[0]
     assert (semantic_after.chunk_id, semantic_after.score) == (102, pytest.approx(semantic_before.score))
 
