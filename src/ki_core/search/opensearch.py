@@ -35,6 +35,7 @@ from ki_core.search.types import (
     IndexDimensionMismatch,
     IndexMappingMismatch,
     Leg,
+    check_result_window,
     LegHit,
     MultiSearchRequest,
     MultiSearchResult,
@@ -166,6 +167,19 @@ def missing_properties(live: dict[str, Any], wanted: dict[str, Any]) -> dict[str
 
 # -------------------------------------------------------------------- filters
 
+# One `terms` query may list at most index.max_terms_count values (65,536 by default); a longer
+# list is split into several clauses of the same meaning (OR for admitted, each a must_not for
+# excluded ids), so a scope of any size keeps working.
+MAX_TERMS_PER_CLAUSE = 65_536
+
+
+def terms_clauses(field: str, values: Iterable[str]) -> list[dict[str, Any]]:
+    ordered = sorted(values)
+    return [
+        {"terms": {field: ordered[start : start + MAX_TERMS_PER_CLAUSE]}}
+        for start in range(0, len(ordered), MAX_TERMS_PER_CLAUSE)
+    ]
+
 
 def scope_clause(scope: ScopeFilter) -> dict[str, Any]:
     """The compact scope as one clause: (projects minus exclusions) OR listed documents."""
@@ -173,12 +187,11 @@ def scope_clause(scope: ScopeFilter) -> dict[str, Any]:
         return {"match_none": {}}
     should: list[dict[str, Any]] = []
     if scope.project_ids:
-        projects: dict[str, Any] = {"filter": [{"terms": {"project_id": sorted(scope.project_ids)}}]}
+        projects: dict[str, Any] = {"filter": terms_clauses("project_id", scope.project_ids)}
         if scope.excluded_document_ids:
-            projects["must_not"] = [{"terms": {"document_id": sorted(scope.excluded_document_ids)}}]
+            projects["must_not"] = terms_clauses("document_id", scope.excluded_document_ids)
         should.append({"bool": projects})
-    if scope.document_ids:
-        should.append({"terms": {"document_id": sorted(scope.document_ids)}})
+    should += terms_clauses("document_id", scope.document_ids)
     return {"bool": {"should": should, "minimum_should_match": 1}}
 
 
@@ -222,10 +235,35 @@ def leg_body(leg: Leg, request: MultiSearchRequest) -> dict[str, Any]:
 
 
 def msearch_lines(index: str, request: MultiSearchRequest) -> list[dict[str, Any]]:
+    """One header and body per leg. A leg that cannot search every shard fails whole: a ranking
+    over part of the index would be a silently short list."""
     lines: list[dict[str, Any]] = []
     for leg in request.legs_to_send():
-        lines += [{"index": index}, leg_body(leg, request)]
+        lines += [{"index": index, "allow_partial_search_results": False}, leg_body(leg, request)]
     return lines
+
+
+def shard_failure(what: str, index: str, response: dict[str, Any]) -> SearchBackendError | None:
+    """A response that reached only some shards, as an error naming the index.
+
+    A failed shard is counted in `_shards.failed`, but an unassigned one (its node is gone) only
+    shows as `successful + skipped < total` (a count reports `failed: 0` then)."""
+    shards = response.get("_shards") or {}
+    total = int(shards.get("total") or 0)
+    answered = int(shards.get("successful") or 0) + int(shards.get("skipped") or 0)
+    if not shards.get("failed") and answered >= total:
+        return None
+    reasons = sorted(
+        {
+            f"{(f.get('reason') or {}).get('type')}: {(f.get('reason') or {}).get('reason')}"
+            for f in shards.get("failures") or []
+        }
+    )
+    detail = f" ({'; '.join(reasons[:3])})" if reasons else ""
+    return SearchBackendError(
+        f"{what} on index {index} reached {shards.get('successful', 0)} of {total} shards{detail}; "
+        "the index is partly unavailable (see _cluster/health)"
+    )
 
 
 def leg_hits(response: dict[str, Any]) -> tuple[LegHit, ...]:
@@ -245,13 +283,33 @@ def leg_hits(response: dict[str, Any]) -> tuple[LegHit, ...]:
     )
 
 
-def leg_error(leg: Leg, response: dict[str, Any]) -> SearchBackendError | None:
+def error_reason(error: dict[str, Any]) -> str:
+    """The first non-empty reason down the caused_by chain (a rejected search says why only there)."""
+    cause: dict[str, Any] | None = error
+    while cause:
+        if cause.get("reason"):
+            return str(cause["reason"])
+        cause = cause.get("caused_by")
+    return ""
+
+
+def transport_detail(exc: OpenSearchException) -> str:
+    """Status, error type and the node's own reason, when the response carried them."""
+    info = getattr(exc, "info", None)
+    error = info.get("error") if isinstance(info, dict) else None
+    if isinstance(error, dict):
+        return f"{getattr(exc, 'status_code', '?')} {error.get('type')}: {error_reason(error)}"
+    return str(exc)
+
+
+def leg_error(leg: Leg, response: dict[str, Any], index: str = "") -> SearchBackendError | None:
     error = response.get("error")
     if error is None:
-        return None
+        return shard_failure(f"the {leg} leg", index, response)
     if isinstance(error, dict):
-        error = f"{error.get('type')}: {error.get('reason')}"
-    return SearchBackendError(f"the {leg} leg of _msearch failed ({response.get('status')}): {error}")
+        error = f"{error.get('type')}: {error_reason(error)}"
+    where = f" on index {index}" if index else ""
+    return SearchBackendError(f"the {leg} leg of _msearch failed{where} ({response.get('status')}): {error}")
 
 
 def cosine_from_knn_score(score: float, space_type: str) -> float:
@@ -523,7 +581,7 @@ class OpenSearchIndex:
         response = self._call(self.client.msearch, body=msearch_lines(self.alias, request))
         results: dict[Leg, tuple[LegHit, ...]] = {}
         for leg, leg_response in zip(legs, response["responses"], strict=True):
-            error = leg_error(leg, leg_response)
+            error = leg_error(leg, leg_response, self.alias)
             if error is not None:
                 raise error
             results[leg] = leg_hits(leg_response)
@@ -534,12 +592,19 @@ class OpenSearchIndex:
     ) -> list[FilterHit]:
         if scope.match_none or size <= 0:
             return []
+        check_result_window(offset, size)
         body = filter_search_body(scope, filters, size, offset)
-        response = self._call(self.client.search, index=self.alias, body=body)
+        response = self._call(
+            self.client.search, index=self.alias, body=body, params={"allow_partial_search_results": "false"}
+        )
+        if (error := shard_failure("a filter-only listing", self.alias, response)) is not None:
+            raise error
         return [filter_hit(hit) for hit in response["hits"]["hits"]]
 
     def count(self, scope: ScopeFilter | None = None, filters: SearchFilters | None = None) -> int:
         response = self._call(self.client.count, index=self.alias, body=count_body(scope, filters))
+        if (error := shard_failure("a count", self.alias, response)) is not None:
+            raise error
         return int(response["count"])
 
     def stored_fields(self, chunk_id: int) -> dict[str, Any] | None:
@@ -562,5 +627,6 @@ class OpenSearchIndex:
         try:
             return method(**kwargs)
         except OpenSearchException as exc:
-            raise SearchBackendError(f"OpenSearch {method.__name__} failed: {exc}") from exc
+            where = f" on index {kwargs['index']}" if kwargs.get("index") else ""
+            raise SearchBackendError(f"OpenSearch {method.__name__}{where} failed: {transport_detail(exc)}") from exc
 

@@ -3,15 +3,20 @@ itself runs on that node through the `backend` fixture's opensearch parameter.""
 
 from __future__ import annotations
 
+import tempfile
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ki_core.config import OpenSearchSettings, RetrievalSettings
 from ki_core.search.index import IndexOp
-from ki_core.search.types import Leg, MultiSearchRequest
-from tests.ki_core.search.conftest import DIMS, EVERYTHING, FIXTURE_CHUNKS, OPENSEARCH_URL
+from ki_core.search.types import Leg, MultiSearchRequest, SearchBackendError, SearchFilters
+from tests.conftest import service_unavailable
+from tests.ki_core.search.conftest import DIMS, EVERYTHING, FIXTURE_CHUNKS, OPENSEARCH_URL, unit_vector
+from tests.ki_core.search.opensearch_cluster import TwoNodeCluster, distribution_home, start_two_node_cluster
 
 if not OPENSEARCH_URL:
     pytest.skip("KI_TEST_OPENSEARCH_URL is not set: no OpenSearch node to test against", allow_module_level=True)
@@ -74,3 +79,66 @@ def test_rebuild_and_swap_serve_the_new_index_through_the_alias(alias: str) -> N
     assert not old.client.indices.exists(index=old_name)
     request = MultiSearchRequest(query_text="Verträge", query_vector=None, scope=EVERYTHING, size=10)
     assert old.multi_search(request).hits(Leg.LEXICAL)
+
+
+# ------------------------------------------------------------------ shards on two nodes
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster() -> Iterator[TwoNodeCluster]:
+    home = distribution_home()
+    if home is None:
+        service_unavailable("an unpacked OpenSearch distribution (make services; KI_TEST_OPENSEARCH_HOME)", "not found")
+    # Not under pytest's tmp dir: the node's own user must be able to enter it.
+    cluster = start_two_node_cluster(home, Path(tempfile.mkdtemp(prefix="ki-shards-")))
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def place_shards(client, index: str, on_first: set[int], first: str, second: str) -> None:
+    """Shards in on_first on the first node, the others on the second; then wait for green."""
+    for row in client.cat.shards(index=index, format="json"):
+        shard, node = int(row["shard"]), row["node"]
+        target = first if shard in on_first else second
+        if node != target:
+            client.cluster.reroute(body={"commands": [
+                {"move": {"index": index, "shard": shard, "from_node": node, "to_node": target}}
+            ]})  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rows = client.cat.shards(index=index, format="json")
+        if all(r["state"] == "STARTED" and r["node"] == (first if int(r["shard"]) in on_first else second) for r in rows):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"shards of {index} did not move: {client.cat.shards(index=index, format='json')}")
+
+
+def test_a_search_that_loses_shards_raises_naming_the_index_never_a_short_list(two_node_cluster: TwoNodeCluster) -> None:
+    settings = OpenSearchSettings(hosts=[two_node_cluster.url], number_of_shards=3, number_of_replicas=0)
+    index = OpenSearchIndex(make_client(settings), alias="ki-shards", dimensions=DIMS, signature="hashing:shards",
+                            retrieval=RetrievalSettings(), opensearch=settings)  # fmt: skip
+    index.ensure()
+    [concrete] = index.alias_targets()
+    # Keep this index's shards where the test puts them (rebalancing would undo the placement).
+    index.client.indices.put_settings(index=concrete, body={"index.routing.rebalance.enable": "none"})
+    place_shards(index.client, concrete, on_first={0}, first="node-1", second="node-2")
+    index.bulk(IndexOp(chunk) for chunk in FIXTURE_CHUNKS)
+    index.refresh()
+    request = MultiSearchRequest(query_text="Miete Vertrag", query_vector=unit_vector("Miete"), scope=EVERYTHING,
+                                 size=len(FIXTURE_CHUNKS))  # fmt: skip
+    whole = index.multi_search(request)
+    assert len(whole.hits(Leg.SEMANTIC)) == len(FIXTURE_CHUNKS)
+    assert index.count() == len(FIXTURE_CHUNKS)
+
+    two_node_cluster.stop_node("node-2")  # two of three shards are gone
+
+    with pytest.raises(SearchBackendError, match=r"on index ki-shards .*missing shards") as failed:
+        index.multi_search(request)
+    assert concrete in str(failed.value)
+    with pytest.raises(SearchBackendError, match=r"ki-shards"):
+        index.search_filter(EVERYTHING, SearchFilters(), size=10)
+    with pytest.raises(SearchBackendError, match=r"ki-shards"):
+        index.count()
+    index.close()

@@ -383,13 +383,13 @@ def test_one_msearch_carries_the_three_legs_under_the_same_strict_filter(script:
     result = make_index(script).multi_search(request)
     assert sent(script) == [("POST", "/_msearch")]
     assert script.sent[0].body == [
-        {"index": ALIAS},
+        {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 50, "_source": SOURCE, "query": {"bool": {
             "must": [{"match": {"text": {"query": "Kündigung VIII ZR 123/20"}}}], "filter": ALL_FILTER_CLAUSES}}},
-        {"index": ALIAS},
+        {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 50, "_source": SOURCE, "query": {"knn": {"embedding": {
             "vector": [0.6, 0.0, 0.8], "k": 50, "filter": {"bool": {"filter": ALL_FILTER_CLAUSES}}}}}},
-        {"index": ALIAS},
+        {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 50, "_source": SOURCE, "query": {"bool": {
             "must": [{"match": {"identifiers_text": {"query": "Kündigung VIII ZR 123/20"}}}],
             "filter": ALL_FILTER_CLAUSES}}},
@@ -409,7 +409,7 @@ def test_match_none_sends_only_the_semantic_leg_with_a_match_none_filter(script:
     request = MultiSearchRequest(query_text="Kündigung", query_vector=(1.0, 0.0, 0.0), scope=ScopeFilter.nothing(), size=8)
     result = make_index(script).multi_search(request)
     assert script.sent[0].body == [
-        {"index": ALIAS},
+        {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 8, "_source": SOURCE, "query": {"knn": {"embedding": {
             "vector": [1.0, 0.0, 0.0], "k": 8, "filter": {"bool": {"filter": [{"match_none": {}}]}}}}}},
     ]  # fmt: skip

@@ -1,0 +1,164 @@
+"""A throwaway two-node OpenSearch cluster for the tests that need shards on two nodes.
+
+It runs from the distribution `make services` unpacked (KI_TEST_OPENSEARCH_HOME, else the
+default cache locations of deploy/services.sh), with its own cluster name, ports, data and
+config directories, so stopping one of its nodes never touches the shared test node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+RUN_AS = "ki-opensearch"  # the system user deploy/services.sh runs the node as when it is root
+HTTP_PORTS = (9211, 9212)
+TRANSPORT_PORTS = (9311, 9312)
+HEAP = "384m"
+
+
+def distribution_home() -> Path | None:
+    candidates = [os.environ.get("KI_TEST_OPENSEARCH_HOME"), "/var/cache/ki-services", "~/.cache/ki-services"]
+    for candidate in filter(None, candidates):
+        path = Path(candidate).expanduser()
+        if (path / "bin" / "opensearch").exists():
+            return path
+        homes = sorted(path.glob("opensearch-*/bin/opensearch")) if path.is_dir() else []
+        if homes:
+            return homes[-1].parents[1]
+    return None
+
+
+@dataclass
+class Node:
+    name: str
+    http_port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+
+@dataclass
+class TwoNodeCluster:
+    home: Path
+    workdir: Path
+    cluster_name: str
+    nodes: dict[str, Node] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """The first node: cluster manager and coordinator, never the one the tests stop."""
+        return self.nodes["node-1"].url
+
+    def start(self, timeout: float = 180.0) -> None:
+        for number in (1, 2):
+            self.nodes[f"node-{number}"] = self._start_node(number)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._fail_if_exited()
+            try:
+                health = httpx.get(f"{self.url}/_cluster/health", timeout=2).json()
+                if health.get("number_of_nodes") == 2:
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"the two-node cluster did not form in {timeout:.0f} s; see {self.workdir}")
+
+    def stop_node(self, name: str) -> None:
+        """Kill a node the way a crash would (no shard hand-off) and wait until the cluster knows."""
+        _kill(self.nodes.pop(name))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            health = httpx.get(f"{self.url}/_cluster/health", timeout=5).json()
+            if health.get("number_of_nodes") == 1:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the cluster still counts {name} after 60 s")
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            _kill(node)
+        self.nodes.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _start_node(self, number: int) -> Node:
+        name = f"node-{number}"
+        root = self.workdir / name
+        config = root / "config"
+        shutil.copytree(self.home / "config", config)
+        seeds = ", ".join(f'"127.0.0.1:{port}"' for port in TRANSPORT_PORTS)
+        (config / "opensearch.yml").write_text(
+            f"cluster.name: {self.cluster_name}\n"
+            f"node.name: {name}\n"
+            "network.host: 127.0.0.1\n"
+            f"http.port: {HTTP_PORTS[number - 1]}\n"
+            f"transport.port: {TRANSPORT_PORTS[number - 1]}\n"
+            f"discovery.seed_hosts: [{seeds}]\n"
+            'cluster.initial_cluster_manager_nodes: ["node-1"]\n'
+            # Only node-1 may manage the cluster: stopping node-2 leaves it running.
+            + ("node.roles: [cluster_manager, data, ingest]\n" if number == 1 else "node.roles: [data, ingest]\n")
+            + f"path.data: {root / 'data'}\n"
+            f"path.logs: {root / 'logs'}\n"
+            "cluster.routing.allocation.disk.threshold_enabled: false\n"
+            "action.auto_create_index: false\n",
+            encoding="utf-8",
+        )
+        (root / "data").mkdir()
+        (root / "logs").mkdir()
+        env = {
+            **os.environ,
+            "OPENSEARCH_PATH_CONF": str(config),
+            "OPENSEARCH_JAVA_OPTS": f"-Xms{HEAP} -Xmx{HEAP}",
+            "OPENSEARCH_JAVA_HOME": os.environ.get("KI_OPENSEARCH_JAVA_HOME") or _java_home(),
+        }
+        command = [str(self.home / "bin" / "opensearch")]
+        if os.geteuid() == 0:  # OpenSearch refuses to run as root
+            subprocess.run(["chown", "-R", RUN_AS, str(root)], check=True)
+            command = ["runuser", "-u", RUN_AS, "--", "env", *(f"{k}={env[k]}" for k in (
+                "OPENSEARCH_PATH_CONF", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_JAVA_HOME")), *command]
+        log = root / "stdout.log"
+        with log.open("wb") as out:
+            # A session of its own: the kill reaches the JVM behind runuser too.
+            process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return Node(name, HTTP_PORTS[number - 1], process, log)
+
+    def _fail_if_exited(self) -> None:
+        for node in self.nodes.values():
+            if node.process.poll() is not None:
+                tail = node.log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{node.name} exited with {node.process.returncode}:\n{tail}")
+
+
+def _kill(node: Node) -> None:
+    try:
+        os.killpg(node.process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    node.process.wait(timeout=30)
+
+
+def _java_home() -> str:
+    java = shutil.which("java")
+    return str(Path(java).resolve().parents[1]) if java else ""
+
+
+def start_two_node_cluster(home: Path, workdir: Path) -> TwoNodeCluster:
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(workdir, 0o755)
+    cluster = TwoNodeCluster(home, workdir, cluster_name=f"ki-shards-{os.getpid()}")
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
