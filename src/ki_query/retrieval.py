@@ -27,7 +27,13 @@ from ki_core.grants import current_access_generation
 from ki_core.llm import ChatGateway
 from ki_core.models import RelationKind
 from ki_core.search.index import SearchIndex
-from ki_core.search.types import FilterHit, MultiSearchRequest, oversampled_window
+from ki_core.search.types import (
+    MAX_RESULT_WINDOW,
+    FilterHit,
+    MultiSearchRequest,
+    check_result_window,
+    oversampled_window,
+)
 from ki_query import decisions, graph
 from ki_query.fusion import (
     RERANK_PREFIX,
@@ -270,6 +276,7 @@ class RetrievalService:
         """
         if offset < 0 or limit <= 0:
             raise ValueError(f"offset must be >= 0 and limit > 0 (got {offset}, {limit})")
+        check_result_window(offset, limit)
         check_filters(filters)
         principals = _as_list(principals)
         clock = StepClock()
@@ -277,7 +284,9 @@ class RetrievalService:
         clock.lap("scope")
         with self._session() as session:
             viewer = self._viewer(session, scope, principals)
-            found, verified = self._verified_listing(session, viewer, scope, filters, offset + limit + 1, clock)
+            # One more than the page tells has_more, except at the window's very end.
+            want = min(offset + limit + 1, MAX_RESULT_WINDOW)
+            found, verified = self._verified_listing(session, viewer, scope, filters, want, clock)
             page = found[offset : offset + limit]
             texts = chunk_texts(session, {c.chunk_id for c in page})
             clock.lap("verify")
@@ -291,8 +300,9 @@ class RetrievalService:
         found: list[Candidate] = []
         verified: dict[int, VerifiedChunk] = {}
         index_offset = 0
-        while len(found) < want:
-            size = max(want - len(found), FILTER_FETCH_MIN)
+        while len(found) < want and index_offset < MAX_RESULT_WINDOW:
+            # Re-verification may drop hits, so the index is read past `want`, but never past its window.
+            size = min(max(want - len(found), FILTER_FETCH_MIN), MAX_RESULT_WINDOW - index_offset)
             batch = [_filter_candidate(h) for h in self.index.search_filter(scope.filter, filters, size, index_offset)]
             clock.lap("legs")
             index_offset += len(batch)

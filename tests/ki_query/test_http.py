@@ -130,6 +130,15 @@ def test_the_index_being_down_is_503(folder_world: FolderWorld, signing_key) -> 
     assert _search(client, {"X-API-Key": ANNA_KEY}).status_code == 503
 
 
+def test_a_listing_deeper_than_the_result_window_is_400_naming_it(client: TestClient) -> None:
+    body = {"offset": 9_995, "limit": 10}
+    response = client.post("/v1/search/filter", json=body, headers={"X-API-Key": ANNA_KEY})
+    assert response.status_code == 400
+    assert "10000" in response.json()["detail"] and "max_result_window" in response.json()["detail"]
+    body = {"offset": 9_990, "limit": 10}
+    assert client.post("/v1/search/filter", json=body, headers={"X-API-Key": ANNA_KEY}).status_code == 200
+
+
 def test_search_filter_lists_newest_first(client: TestClient) -> None:
     response = client.post("/v1/search/filter", json={"limit": 5}, headers={"X-API-Key": ANNA_KEY})
     assert response.status_code == 200

@@ -47,6 +47,7 @@ from ki_core.search.types import (
     ScopeFilter,
     SearchBackendError,
     SearchFilters,
+    check_result_window,
 )
 from ki_core.search.vector_index import VectorIndex, append_rows, checked_unit_rows
 
@@ -494,6 +495,7 @@ class EmbeddedIndex:
     def search_filter(
         self, scope: ScopeFilter, filters: SearchFilters, size: int, offset: int = 0
     ) -> list[FilterHit]:
+        check_result_window(offset, size)
         with self._mutex:
             self._ready()
             return self.table.filter_hits(self.table.admitted(scope, filters), size, offset)

@@ -284,7 +284,11 @@ def leg_hits(response: dict[str, Any]) -> tuple[LegHit, ...]:
 
 
 def error_reason(error: dict[str, Any]) -> str:
-    """The first non-empty reason down the caused_by chain (a rejected search says why only there)."""
+    """The node's most specific reason: its root cause ("too many terms"), else the first reason
+    down the caused_by chain (a search rejected for missing shards says why only there)."""
+    roots = [f"{r.get('type')}: {r.get('reason')}" for r in error.get("root_cause") or [] if r.get("reason")]
+    if roots:
+        return "; ".join(dict.fromkeys(roots))
     cause: dict[str, Any] | None = error
     while cause:
         if cause.get("reason"):

@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 MAX_RANKED_WINDOW = 500
 # Per-leg ceiling: clears the deepest window a caller may ask for after collapse and re-verify.
 MAX_LEG_SIZE = 2500
+# Filter-only listings page at most this deep (OpenSearch's default index.max_result_window:
+# from + size beyond it fails on a node), on both backends alike.
+MAX_RESULT_WINDOW = 10_000
 
 
 # Identity and filter columns of the spec's field table: untokenized keywords in both backends.
@@ -227,6 +230,23 @@ class IndexMappingMismatch(RuntimeError):
 
 class IndexDimensionMismatch(IndexMappingMismatch):
     """The live index holds vectors of another dimension than the configured embedder."""
+
+
+class ResultWindowTooDeep(ValueError):
+    """A filter-only page past MAX_RESULT_WINDOW: a client error (narrow the filters), never a 503."""
+
+    def __init__(self, offset: int, size: int) -> None:
+        self.offset, self.size = offset, size
+        super().__init__(
+            f"offset + limit is {offset + size}, above the listing window of {MAX_RESULT_WINDOW} "
+            "(OpenSearch index.max_result_window); narrow the filters (matter, project, dates) instead of paging deeper"
+        )
+
+
+def check_result_window(offset: int, size: int) -> None:
+    """Both backends refuse the same depth, so a listing that works embedded works on OpenSearch."""
+    if offset + size > MAX_RESULT_WINDOW:
+        raise ResultWindowTooDeep(offset, size)
 
 
 class SearchBackendError(RuntimeError):

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from ki_core.search.index import DeleteOp, IndexOp, SearchIndex
 from ki_core.search.types import (
+    MAX_RESULT_WINDOW,
+    ResultWindowTooDeep,
     AccessProjection,
     BulkFailure,
     IndexDimensionMismatch,
@@ -418,3 +420,40 @@ def test_count_by_scope_and_filters(loaded_index: SearchIndex) -> None:
     assert loaded_index.count() == len(FIXTURE_CHUNKS)
     assert loaded_index.count(ScopeFilter(project_ids=frozenset({"proj-kauf"}))) == 8
     assert loaded_index.count(None, SearchFilters(chunk_kind="clause")) == 3
+
+
+# ------------------------------------------------------------- limits of the engines
+
+# More ids than one OpenSearch `terms` query may list (index.max_terms_count, 65,536).
+BEYOND_TERMS_LIMIT = 70_000
+
+
+def many_document_ids(real: set[str], count: int = BEYOND_TERMS_LIMIT) -> frozenset[str]:
+    """`count` document ids, the real ones among invented ones that sort before and after them."""
+    invented = {f"doc-{prefix}-{n:06d}" for n in range(count // 2) for prefix in ("aa", "zz")}
+    return frozenset(real | invented)
+
+
+def test_a_scope_listing_more_documents_than_one_terms_query_admits_exactly_them(loaded_index: SearchIndex) -> None:
+    real = {"doc-mv-1", "doc-kv-2", "doc-av-1"}
+    scope = ScopeFilter(document_ids=many_document_ids(real))
+    expected = {c.chunk_id for c in FIXTURE_CHUNKS if c.document_id in real}
+    result = search(loaded_index, BROAD_QUERY, scope=scope)
+    assert ids(result.hits(Leg.SEMANTIC)) == expected
+    assert ids(result.hits(Leg.LEXICAL)) <= expected and ids(result.hits(Leg.LEXICAL))
+    assert loaded_index.count(scope) == len(expected)
+    assert {hit.document_id for hit in loaded_index.search_filter(scope, SearchFilters(), 100)} == real
+
+
+def test_a_project_minus_more_exclusions_than_one_terms_query_is_the_rest_of_it(loaded_index: SearchIndex) -> None:
+    excluded = {"doc-mv-1"}
+    scope = ScopeFilter(project_ids=frozenset({"proj-miete"}), excluded_document_ids=many_document_ids(excluded))
+    expected = chunk_ids_of(project_id="proj-miete") - chunk_ids_of(document_id="doc-mv-1")
+    assert ids(search(loaded_index, scope=scope).hits(Leg.SEMANTIC)) == expected
+    assert loaded_index.count(scope) == len(expected)
+
+
+def test_a_listing_up_to_the_result_window_works_and_deeper_is_refused_by_name(loaded_index: SearchIndex) -> None:
+    assert loaded_index.search_filter(EVERYTHING, SearchFilters(), 10, offset=MAX_RESULT_WINDOW - 10) == []
+    with pytest.raises(ResultWindowTooDeep, match="10000"):
+        loaded_index.search_filter(EVERYTHING, SearchFilters(), 10, offset=MAX_RESULT_WINDOW - 9)
