@@ -142,3 +142,15 @@ def test_a_search_that_loses_shards_raises_naming_the_index_never_a_short_list(t
     with pytest.raises(SearchBackendError, match=r"ki-shards"):
         index.count()
     index.close()
+
+
+def test_german_text_is_cut_into_the_same_terms_as_the_embedded_backend(alias: str) -> None:
+    """Lexical ranking means the same on both backends only if both analyze text alike."""
+    from ki_core.search.text_index import german_analyzer
+
+    index = live_index(alias)
+    index.ensure()
+    text = ("Die Abtretung des Mietverhältnisses nach dem Bürgerlichen Gesetzbuch; Verträge über 2,5 Grundstücke "
+            "kündigt der Vermieter schriftlich, die Kündigungsfrist beträgt drei Monate")  # fmt: skip
+    analyzed = index.client.indices.analyze(index=alias, body={"field": "text", "text": text})
+    assert [token["token"] for token in analyzed["tokens"]] == german_analyzer().analyze(text)

@@ -100,7 +100,7 @@ EXPECTED_PROPERTIES = {
     "matter_id": {"type": "keyword"},
     "meta": {"type": "object", "enabled": False},
     "project_id": {"type": "keyword"},
-    "text": {"type": "text", "analyzer": "german"},
+    "text": {"type": "text", "analyzer": "ki_german"},
     "version_status": {"type": "keyword"},
 }
 
@@ -118,9 +118,22 @@ def test_ensure_creates_the_signature_index_with_the_alias_and_the_spec_mapping(
                         "type": "pattern",
                         "pattern": r"[\p{L}\p{N}](?:[\p{L}\p{N}/.:\-]*[\p{L}\p{N}])?|§+",
                         "group": 0,
-                    }
+                    },
+                    "ki_german": {"type": "pattern", "pattern": r"[^\p{L}\p{N}]+"},
                 },
-                "analyzer": {"ki_identifier": {"type": "custom", "tokenizer": "ki_identifier", "filter": ["lowercase"]}},
+                "filter": {
+                    "ki_german_long": {"type": "length", "max": 63},
+                    "ki_german_stop": {"type": "stop", "stopwords": "_german_"},
+                    "ki_german_stemmer": {"type": "snowball", "language": "German"},
+                },
+                "analyzer": {
+                    "ki_identifier": {"type": "custom", "tokenizer": "ki_identifier", "filter": ["lowercase"]},
+                    "ki_german": {
+                        "type": "custom",
+                        "tokenizer": "ki_german",
+                        "filter": ["ki_german_long", "lowercase", "ki_german_stop", "ki_german_stemmer"],
+                    },
+                },
             },
         },
         "mappings": {"dynamic": False, "properties": EXPECTED_PROPERTIES},
