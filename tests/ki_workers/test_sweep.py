@@ -5,6 +5,8 @@ The real-broker versions (a purged queue, a SIGKILLed worker) are in test_worker
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 
 import numpy as np
@@ -21,6 +23,7 @@ from ki_workers.app import beat_schedule, celery_config
 from ki_workers.event_inbox import accept_event, dms_source
 from ki_workers.sources.dms_events import parse_event
 from ki_workers.sweep import idle_queues, reconcile_index, redispatch_events, run_sweep
+from tests.ki_core.search.backends import CONTRACT_BACKENDS, OPENSEARCH_URL
 from tests.ki_workers.dms_support import SECRET, SOURCE, TEXT, acl_changed, envelope, upserted
 from tests.ki_workers.test_dms_events import submit, version_of
 
@@ -103,7 +106,42 @@ def test_beat_sends_the_sweep_and_the_reconcile_at_their_configured_intervals(mo
 # ----------------------------------------------------------------- reconcile
 
 
-def test_reconcile_repairs_missing_stale_and_orphaned_rows_without_embedding(dms) -> None:
+@pytest.fixture(params=CONTRACT_BACKENDS)
+def dms_any(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator:
+    """`dms` on each search backend (OpenSearch: an alias of this test's own on the node)."""
+    alias = f"ki-sweep-{uuid.uuid4().hex[:10]}"
+    if request.param == "opensearch":
+        monkeypatch.setenv("KI_SEARCH__BACKEND", "opensearch")
+        monkeypatch.setenv("KI_SEARCH__OPENSEARCH__HOSTS", f'["{OPENSEARCH_URL}"]')
+        monkeypatch.setenv("KI_SEARCH__OPENSEARCH__NUMBER_OF_REPLICAS", "0")
+        monkeypatch.setenv("KI_RETRIEVAL__INDEX_NAME", alias)
+    context = request.getfixturevalue("dms")
+    yield context
+    if request.param == "opensearch":
+        client = context.index().client
+        names = sorted(client.indices.get(index=f"{alias}*"))
+        if names:
+            client.indices.delete(index=",".join(names))
+
+
+def count_requests(index) -> list[str]:
+    """Record the method and path of every request the index sends from now on (OpenSearch only)."""
+    seen: list[str] = []
+    transport = getattr(getattr(index, "client", None), "transport", None)
+    if transport is None:
+        return seen
+    send = transport.perform_request
+
+    def recording(method, url, *args, **kwargs):
+        seen.append(f"{method} {url}")
+        return send(method, url, *args, **kwargs)
+
+    transport.perform_request = recording
+    return seen
+
+
+def test_reconcile_repairs_missing_stale_and_orphaned_rows_without_embedding(dms_any) -> None:
+    dms = dms_any
     for n, object_id in enumerate(("A-1", "A-2", "A-3")):
         submit(dms, upserted(object_id, text=f"{TEXT} Akte {object_id}. " * 3, minutes=n))
     index = dms.index()
@@ -137,7 +175,22 @@ def test_reconcile_repairs_missing_stale_and_orphaned_rows_without_embedding(dms
     assert (again.projects_mismatched, again.documents_repaired, again.versions_refreshed) == (0, 0, 0)
 
 
-def test_reconcile_removes_rows_of_a_document_sql_no_longer_observes(dms) -> None:
+def test_reconcile_reads_the_access_fields_in_batches_not_one_request_per_version(dms_any) -> None:
+    dms = dms_any
+    for n in range(25):
+        submit(dms, upserted(f"B-{n}", text=f"{TEXT} Akte B-{n}.", minutes=n))
+    sent = count_requests(dms.index())
+    report = reconcile_index(dms)
+    assert report.projects_mismatched == 0 and report.versions_refreshed == 0
+    if dms.settings.search.backend == "opensearch":
+        assert not [r for r in sent if "/_doc/" in r], sent
+        assert len([r for r in sent if r.endswith("/_mget")]) == 1
+        # A fixed number of calls: refresh, counts per project, one _mget, refresh, count.
+        assert len(sent) <= 8, sent
+
+
+def test_reconcile_removes_rows_of_a_document_sql_no_longer_observes(dms_any) -> None:
+    dms = dms_any
     submit(dms, upserted("A-1"))
     version = version_of(dms, "A-1")
     project_id = _project_id(dms, version)

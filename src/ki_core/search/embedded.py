@@ -510,3 +510,9 @@ class EmbeddedIndex:
         with self._mutex:
             self._ready()
             return self.store.stored_fields(chunk_id)
+
+    def stored_fields_of(self, chunk_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        with self._mutex:
+            self._ready()
+            found = ((chunk_id, self.store.stored_fields(chunk_id)) for chunk_id in dict.fromkeys(chunk_ids))
+            return {chunk_id: fields for chunk_id, fields in found if fields is not None}

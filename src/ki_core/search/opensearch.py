@@ -47,6 +47,8 @@ from ki_core.search.types import (
 # Items per _bulk request: 500 chunks of a 1536-dim embedding are about 8 MB of JSON,
 # under the default http.max_content_length (100 MB) with room for long texts.
 BULK_BATCH_ITEMS = 500
+# Chunks per _mget of the reconcile: ~1 KB of stored fields each without text and vector.
+MGET_BATCH_IDS = 1_000
 # What a leg hit carries back; the embedding is never in a response.
 LEG_SOURCE_FIELDS = [
     "chunk_id",
@@ -637,6 +639,24 @@ class OpenSearchIndex:
             params={"_source_excludes": "embedding,text,identifiers_text", "ignore": 404},
         )
         return stored_fields_from_source(response["_source"]) if response.get("found") else None
+
+    def stored_fields_of(self, chunk_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """One `_mget` per MGET_BATCH_IDS chunks, never one GET per chunk."""
+        ids = [str(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        found: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(ids), MGET_BATCH_IDS):
+            response = self._call(
+                self.client.mget,
+                index=self.alias,
+                body={"ids": ids[start : start + MGET_BATCH_IDS]},
+                params={"_source_excludes": "embedding,text,identifiers_text"},
+            )
+            for doc in response["docs"]:
+                if doc.get("error"):
+                    raise SearchBackendError(f"OpenSearch mget on index {self.alias} failed for {doc['_id']}: {doc['error']}")
+                if doc.get("found"):
+                    found[int(doc["_id"])] = stored_fields_from_source(doc["_source"])
+        return found
 
     def cosine(self, score: float) -> float:
         """Plain cosine of a semantic LegHit.score under this index's space type."""

@@ -457,3 +457,10 @@ def test_a_listing_up_to_the_result_window_works_and_deeper_is_refused_by_name(l
     assert loaded_index.search_filter(EVERYTHING, SearchFilters(), 10, offset=MAX_RESULT_WINDOW - 10) == []
     with pytest.raises(ResultWindowTooDeep, match="10000"):
         loaded_index.search_filter(EVERYTHING, SearchFilters(), 10, offset=MAX_RESULT_WINDOW - 9)
+
+
+def test_stored_fields_of_many_chunks_are_those_of_each_and_skip_the_missing(loaded_index: SearchIndex) -> None:
+    wanted = [c.chunk_id for c in FIXTURE_CHUNKS] + [999_999]
+    stored = loaded_index.stored_fields_of(wanted)
+    assert set(stored) == {c.chunk_id for c in FIXTURE_CHUNKS}
+    assert all(stored[chunk_id] == loaded_index.stored_fields(chunk_id) for chunk_id in (101, 118, 126))
