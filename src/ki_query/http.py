@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ki_core.config import Settings
 from ki_core.llm import GatewayError
 from ki_core.models import RelationKind
-from ki_core.search.types import ResultWindowTooDeep, SearchBackendError, SearchFilters
+from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError, SearchFilters
 from ki_query.identity import Forbidden, Identity, Unauthenticated, resolve_identity
 from ki_query.retrieval import RetrievalService
 from ki_query.types import (
@@ -47,6 +47,7 @@ STATUS_FOR: list[tuple[type[BaseException], int]] = [
     (InvalidDecision, 400),
     (GatewayError, 502),
     (SearchBackendError, 503),
+    (IndexMappingMismatch, 503),
 ]
 
 

@@ -4,24 +4,38 @@ Stored chunk rows and vectors are reused while their embedder signature is the
 configured one; only chunks embedded by another model are embedded again.
 OpenSearch: a new concrete index named from the signature, then an atomic
 alias swap. Embedded: a sibling directory, then two renames.
+
+The live index keeps serving (and taking writes) until the switch. Writes that land
+meanwhile go to the live index only, so the rebuild catches up from SQL before the
+switch, and once more after it: every version whose row or observation changed since
+the rebuild began is planned again into the new index (rewriting one twice is harmless).
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
 from ki_core.embedding import signature_slug
-from ki_core.models import Chunk, DocumentVersion, ProcessingState
-from ki_core.search.index import IndexOp, SearchIndex
+from ki_core.models import Chunk, DocumentVersion, ProcessingState, SourceObservation
+from ki_core.models.base import utcnow
+from ki_core.search.index import IndexOp, SearchIndex, open_index
 from ki_workers.context import WorkerContext
-from ki_workers.stages.embed_index import embed_version, plan_index_writes, record_watermarks
+from ki_workers.stages.embed_index import embed_version, index_versions, plan_index_writes, record_watermarks
 
 VERSIONS_PER_BATCH = 200
+# Workers' clocks and this process's may differ a little: look back this far for changes.
+CLOCK_MARGIN = timedelta(seconds=5)
+# Catch-up rounds before the switch; each takes only what changed during the previous one.
+CATCH_UP_ROUNDS = 5
+# After the switch, a write that went to the old index a moment before records its watermark
+# a moment after: wait that long before the last catch-up.
+SETTLE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -30,6 +44,8 @@ class RebuildReport:
     chunks: int
     re_embedded_versions: int
     target: str
+    # Versions written again because they changed while the index was built (or just before).
+    caught_up_versions: int = 0
 
 
 def rebuild_index(ctx: WorkerContext, on_progress: Callable[[int, int], None] | None = None) -> RebuildReport:
@@ -52,6 +68,8 @@ def rebuild_index(ctx: WorkerContext, on_progress: Callable[[int, int], None] | 
     for version_id in sorted(foreign):
         embed_version(ctx, version_id)
     target, finish = _new_target(ctx, signature)
+    # Each version's plan below reads SQL as it is then: only later changes need a catch-up.
+    since = utcnow() - CLOCK_MARGIN
     chunks = 0
     watermarks: dict[str, int | None] = {}
     for done, batch in enumerate(_batches(version_ids, VERSIONS_PER_BATCH), start=1):
@@ -64,10 +82,53 @@ def rebuild_index(ctx: WorkerContext, on_progress: Callable[[int, int], None] | 
         watermarks.update(plan.watermarks)
         if on_progress:
             on_progress(min(done * VERSIONS_PER_BATCH, len(version_ids)), len(version_ids))
+    caught_up: dict[str, datetime] = {}
+    for _ in range(CATCH_UP_ROUNDS):
+        changed = versions_changed_since(ctx, since, caught_up)
+        if not changed:
+            break
+        _write_plan(ctx, target, list(changed), watermarks)
+        caught_up |= changed
     target.refresh()
     name = finish()
-    record_watermarks(ctx, watermarks)
-    return RebuildReport(len(version_ids), chunks, len(foreign), name)
+    time.sleep(SETTLE_SECONDS)
+    late = versions_changed_since(ctx, since, caught_up)
+    # Before the watermarks below: they touch every version, which would all look changed.
+    record_watermarks(ctx, {v: w for v, w in watermarks.items() if v not in late})
+    if late:
+        index_versions(ctx, sorted(late))  # through the live index: the new one now
+    return RebuildReport(len(version_ids), chunks, len(foreign), name, len(caught_up.keys() | late.keys()))
+
+
+def versions_changed_since(ctx: WorkerContext, since: datetime, seen: dict[str, datetime]) -> dict[str, datetime]:
+    """Versions whose row (index watermark, state, access) or an observation (new, deleted)
+    changed at or after `since`, with the time of their latest change; those already caught
+    up at that very time are left out, so the rounds end when the writes do."""
+    latest: dict[str, datetime] = {}
+    with ctx.sessions() as session:
+        rows = session.execute(
+            select(DocumentVersion.id, DocumentVersion.updated_at).where(DocumentVersion.updated_at >= since)
+        ).all()
+        rows += session.execute(
+            select(SourceObservation.version_id, SourceObservation.observed_at).where(SourceObservation.observed_at >= since)
+        ).all()
+        rows += session.execute(
+            select(SourceObservation.version_id, SourceObservation.deleted_at).where(SourceObservation.deleted_at >= since)
+        ).all()
+    for version_id, changed_at in rows:
+        if version_id not in latest or changed_at > latest[version_id]:
+            latest[version_id] = changed_at
+    return {v: t for v, t in latest.items() if seen.get(v) != t}
+
+
+def _write_plan(ctx: WorkerContext, target: SearchIndex, version_ids: list[str], watermarks: dict) -> None:
+    """Plan the versions again and write everything, deletes too, into the index being built."""
+    for batch in _batches(version_ids, VERSIONS_PER_BATCH):
+        with ctx.sessions() as session:
+            plan = plan_index_writes(session, batch, ctx.settings)
+        if plan.operations:
+            target.bulk(plan.operations)
+        watermarks.update(plan.watermarks)
 
 
 def _batches(items: list[str], size: int) -> Iterator[list[str]]:
@@ -81,12 +142,16 @@ def _new_target(ctx: WorkerContext, signature: str) -> tuple[SearchIndex, Callab
     if ctx.settings.search.backend == "opensearch":
         from ki_core.search.opensearch import signature_index_name
 
-        live = ctx.index()
+        # Not ctx.index(): its check would refuse a live index of another dimension, the very
+        # index this rebuild replaces. The handle only creates the new index and swaps the alias.
+        live = open_index(ctx.settings)
         name = f"{signature_index_name(ctx.settings.retrieval.index_name, signature)}-{stamp}"
         target = live.rebuild_into(name)
 
         def swap_alias() -> str:
             live.swap_alias(name)
+            live.close()
+            ctx.close_index()
             return name
 
         return target, swap_alias

@@ -15,6 +15,7 @@ from ki_core.config import get_settings
 from ki_core.embedding import EmbedderWrapper, HashingEmbedder
 from ki_workers.context import reset_worker_context, worker_context
 from tests.conftest import create_database, drop_database
+from tests.ki_core.search.backends import CONTRACT_BACKENDS, OPENSEARCH_URL
 
 FOLDER = Path(__file__).parents[1] / "fixtures" / "folder"
 
@@ -33,6 +34,28 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     finally:
         reset_worker_context()
         drop_database(name)
+
+
+@pytest.fixture(params=CONTRACT_BACKENDS)
+def search_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator[str]:
+    """Each search backend for the worker context built after it (OpenSearch: an alias of this
+    test's own on the node, deleted afterwards). Request it before `ctx`."""
+    alias = f"ki-w-{uuid.uuid4().hex[:10]}"
+    if request.param == "opensearch":
+        monkeypatch.setenv("KI_SEARCH__BACKEND", "opensearch")
+        monkeypatch.setenv("KI_SEARCH__OPENSEARCH__HOSTS", f'["{OPENSEARCH_URL}"]')
+        monkeypatch.setenv("KI_SEARCH__OPENSEARCH__NUMBER_OF_REPLICAS", "0")
+        monkeypatch.setenv("KI_RETRIEVAL__INDEX_NAME", alias)
+    yield request.param
+    if request.param == "opensearch":
+        from ki_core.config import OpenSearchSettings
+        from ki_core.search.opensearch import make_client
+
+        client = make_client(OpenSearchSettings(hosts=[OPENSEARCH_URL]))
+        names = sorted(client.indices.get(index=f"{alias}*"))
+        if names:
+            client.indices.delete(index=",".join(names))
+        client.close()
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -9,16 +11,17 @@ from sqlalchemy import select
 
 from ki_core.config import get_settings
 from ki_core.embedding import HashingEmbedder
-from ki_core.models import Chunk
+from ki_core.models import Chunk, Document, Project
 from ki_core.search.index import open_index
-from ki_core.search.types import IndexDimensionMismatch
+from ki_core.search.types import IndexDimensionMismatch, Leg, MultiSearchRequest, ScopeFilter
+from tests.ki_core.search.backends import OPENSEARCH_URL
 from ki_workers.context import reset_worker_context, worker_context
 from ki_workers.folder_sync import sync_folder
 from ki_workers.reindex import rebuild_index
 from tests.ki_workers.conftest import CountingEmbedder
 
 
-def test_rebuild_reuses_stored_vectors(ctx, folder: Path) -> None:
+def test_rebuild_reuses_stored_vectors(search_backend: str, ctx, folder: Path) -> None:
     sync_folder(ctx, folder, "kontorwerk")
     before = ctx.index().count()
     embedded = ctx.embedder().passages
@@ -28,7 +31,8 @@ def test_rebuild_reuses_stored_vectors(ctx, folder: Path) -> None:
     assert ctx.index().count() == before
 
 
-def test_a_new_embedder_dimension_needs_reindex_and_reindex_fixes_it(ctx, folder: Path, monkeypatch) -> None:
+def test_a_new_embedder_dimension_needs_reindex_and_reindex_fixes_it(search_backend: str, ctx, folder: Path,
+                                                                   monkeypatch) -> None:
     sync_folder(ctx, folder, "kontorwerk")
     count = ctx.index().count()
     reset_worker_context()
@@ -44,3 +48,89 @@ def test_a_new_embedder_dimension_needs_reindex_and_reindex_fixes_it(ctx, folder
     with new_ctx.sessions() as session:
         signatures = set(session.scalars(select(Chunk.embedding_signature)))
     assert signatures == {f"hashing:{get_settings().embedding.model}:32"}
+
+
+
+def everything(ctx) -> ScopeFilter:
+    with ctx.sessions() as session:
+        return ScopeFilter(project_ids=frozenset(session.scalars(select(Project.id))))
+
+
+def chunk_ids_of_project(ctx, name: str) -> set[int]:
+    with ctx.sessions() as session:
+        return set(session.scalars(
+            select(Chunk.id).join(Document, Document.id == Chunk.document_id)
+            .join(Project, Project.id == Document.project_id).where(Project.name == name)
+        ))  # fmt: skip
+
+
+def test_documents_written_while_the_index_is_rebuilt_are_in_the_new_index(search_backend: str, ctx, folder: Path,
+                                                                           tmp_path: Path) -> None:
+    sync_folder(ctx, folder, "kontorwerk")
+    late = tmp_path / "nachtrag"
+    late.mkdir()
+    (late / "nachtrag.txt").write_text(
+        "Nachtrag zum Rahmenvertrag: Die Kaution wird nach Rückgabe der Mietsache binnen sechs Monaten "
+        "zurückgezahlt. Die Parteien vereinbaren die Schriftform für jede weitere Änderung.\n" * 4,
+        encoding="utf-8",
+    )
+    written = []
+
+    def write_meanwhile(done: int, total: int) -> None:
+        if not written:  # a worker's write into the live index while the new one is filled
+            written.append(sync_folder(ctx, late, "nachtrag"))
+
+    report = rebuild_index(ctx, on_progress=write_meanwhile)
+
+    assert written and report.caught_up_versions >= 1
+    index = ctx.index()
+    index.refresh()
+    late_chunks = chunk_ids_of_project(ctx, "nachtrag")
+    assert late_chunks and set(index.stored_fields_of(late_chunks)) == late_chunks
+    with ctx.sessions() as session:
+        assert index.count() == len(list(session.scalars(select(Chunk.id))))
+
+
+@pytest.mark.skipif(not OPENSEARCH_URL, reason="needs an OpenSearch node (KI_TEST_OPENSEARCH_URL)")
+@pytest.mark.parametrize("search_backend", ["opensearch"], indirect=True)
+def test_an_old_configuration_reads_through_the_rebuild_then_is_told_to_restart(search_backend: str, ctx,
+                                                                                folder: Path, monkeypatch) -> None:
+    sync_folder(ctx, folder, "kontorwerk")
+    old = open_index(get_settings())  # a query process still on the old embedder (64 dimensions)
+    old.ensure()
+    vector = tuple(float(x) for x in HashingEmbedder(dimensions=64).embed_query("Vertrag Haftung"))
+    request = MultiSearchRequest(query_text="Vertrag Haftung", query_vector=vector, scope=everything(ctx), size=20)
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def query_loop() -> None:
+        while not stop.is_set():
+            try:
+                outcomes.append("ok" if old.multi_search(request).hits(Leg.SEMANTIC) else "empty")
+            except IndexDimensionMismatch:
+                outcomes.append("restart")
+            except Exception as exc:  # noqa: BLE001 - any other outcome is a failed query
+                outcomes.append(f"failed: {exc}")
+            time.sleep(0.01)
+
+    reset_worker_context()
+    monkeypatch.setenv("KI_EMBEDDING__DIMENSIONS", "32")
+    get_settings.cache_clear()
+    new_ctx = worker_context()
+    loop = threading.Thread(target=query_loop)
+    loop.start()
+    try:
+        report = rebuild_index(new_ctx)
+    finally:
+        stop.set()
+        loop.join()
+
+    assert report.re_embedded_versions == 5
+    assert not [o for o in outcomes if o.startswith("failed") or o == "empty"], outcomes
+    assert outcomes.count("ok") >= 3
+    with pytest.raises(IndexDimensionMismatch, match="restart"):
+        old.multi_search(request)
+    new_vector = tuple(float(x) for x in HashingEmbedder(dimensions=32).embed_query("Vertrag Haftung"))
+    served = new_ctx.index().multi_search(request.model_copy(update={"query_vector": new_vector}))
+    assert served.hits(Leg.SEMANTIC) and served.hits(Leg.LEXICAL)
+    old.close()

@@ -5,8 +5,6 @@ The real-broker versions (a purged queue, a SIGKILLed worker) are in test_worker
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import numpy as np
@@ -23,7 +21,6 @@ from ki_workers.app import beat_schedule, celery_config
 from ki_workers.event_inbox import accept_event, dms_source
 from ki_workers.sources.dms_events import parse_event
 from ki_workers.sweep import idle_queues, reconcile_index, redispatch_events, run_sweep
-from tests.ki_core.search.backends import CONTRACT_BACKENDS, OPENSEARCH_URL
 from tests.ki_workers.dms_support import SECRET, SOURCE, TEXT, acl_changed, envelope, upserted
 from tests.ki_workers.test_dms_events import submit, version_of
 
@@ -106,22 +103,10 @@ def test_beat_sends_the_sweep_and_the_reconcile_at_their_configured_intervals(mo
 # ----------------------------------------------------------------- reconcile
 
 
-@pytest.fixture(params=CONTRACT_BACKENDS)
-def dms_any(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator:
-    """`dms` on each search backend (OpenSearch: an alias of this test's own on the node)."""
-    alias = f"ki-sweep-{uuid.uuid4().hex[:10]}"
-    if request.param == "opensearch":
-        monkeypatch.setenv("KI_SEARCH__BACKEND", "opensearch")
-        monkeypatch.setenv("KI_SEARCH__OPENSEARCH__HOSTS", f'["{OPENSEARCH_URL}"]')
-        monkeypatch.setenv("KI_SEARCH__OPENSEARCH__NUMBER_OF_REPLICAS", "0")
-        monkeypatch.setenv("KI_RETRIEVAL__INDEX_NAME", alias)
-    context = request.getfixturevalue("dms")
-    yield context
-    if request.param == "opensearch":
-        client = context.index().client
-        names = sorted(client.indices.get(index=f"{alias}*"))
-        if names:
-            client.indices.delete(index=",".join(names))
+@pytest.fixture
+def dms_any(search_backend: str, request: pytest.FixtureRequest):
+    """`dms` on each search backend."""
+    return request.getfixturevalue("dms")
 
 
 def count_requests(index) -> list[str]:

@@ -107,7 +107,8 @@ def reindex() -> None:
         report = rebuild_index(worker_context(), on_progress=on_progress)
     console.print(
         f"rebuilt {report.target}: {report.versions} versions, {report.chunks} chunks, "
-        f"{report.re_embedded_versions} versions re-embedded"
+        f"{report.re_embedded_versions} versions re-embedded, "
+        f"{report.caught_up_versions} written again after changing during the rebuild"
     )
 
 

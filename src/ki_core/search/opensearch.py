@@ -513,6 +513,22 @@ class OpenSearchIndex:
         except OpenSearchException as exc:
             raise SearchBackendError(f"creating index {name} failed: {exc}") from exc
 
+    def _raise_if_rebuilt_for_another_embedder(self, error: SearchBackendError) -> None:
+        """A failed k-NN leg after `ki reindex` swapped the alias to an index of another dimension:
+        say so (this process must restart with the new configuration), never a bare 503."""
+        try:
+            mappings = self.client.indices.get_mapping(index=self.alias)
+        except OpenSearchException:
+            return
+        for concrete, mapping in mappings.items():
+            live = live_dimension(mapping.get("mappings", {}).get("properties", {}))
+            if live is not None and live != self.dimensions:
+                raise IndexDimensionMismatch(
+                    f"index {concrete} (alias {self.alias}) now holds {live}-dimensional vectors, rebuilt by "
+                    f"`ki reindex` for another embedder, but this process embeds with {self.signature} "
+                    f"({self.dimensions} dimensions): restart it with the configuration the index was rebuilt for"
+                ) from error
+
     def _check_dimension(self, concrete: str, live: int | None) -> None:
         if live is not None and live != self.dimensions:
             raise IndexDimensionMismatch(
@@ -606,6 +622,8 @@ class OpenSearchIndex:
         for leg, leg_response in zip(legs, response["responses"], strict=True):
             error = leg_error(leg, leg_response, self.alias)
             if error is not None:
+                if leg is Leg.SEMANTIC:
+                    self._raise_if_rebuilt_for_another_embedder(error)
                 raise error
             results[leg] = leg_hits(leg_response)
         return MultiSearchResult(legs=results)
