@@ -149,6 +149,7 @@ def _new_target(ctx: WorkerContext, signature: str) -> tuple[SearchIndex, Callab
         target = live.rebuild_into(name)
 
         def swap_alias() -> str:
+            target.end_bulk_load()
             live.swap_alias(name)
             live.close()
             ctx.close_index()

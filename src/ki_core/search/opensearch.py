@@ -503,8 +503,11 @@ class OpenSearchIndex:
             if missing:
                 self._call(self.client.indices.put_mapping, index=concrete, body={"properties": missing})
 
-    def _create(self, name: str, alias: str | None) -> None:
+    def _create(self, name: str, alias: str | None, bulk_load: bool = False) -> None:
         body = index_body(self.retrieval, self.opensearch, self.dimensions, alias)
+        if bulk_load:
+            # No periodic refresh while `ki reindex` fills it (nobody searches it yet); end_bulk_load restores it.
+            body["settings"]["index"]["refresh_interval"] = "-1"
         try:
             self.client.indices.create(index=name, body=body)
         except RequestError as exc:
@@ -550,7 +553,7 @@ class OpenSearchIndex:
         """A new, empty concrete index beside the live one, for `ki reindex` to fill."""
         if new_name in self.alias_targets() or new_name == self.alias:
             raise ValueError(f"{new_name} is the live index behind {self.alias}; choose a new name")
-        self._create(new_name, alias=None)
+        self._create(new_name, alias=None, bulk_load=True)
         return OpenSearchIndex(
             self.client,
             alias=new_name,
@@ -559,6 +562,11 @@ class OpenSearchIndex:
             retrieval=self.retrieval,
             opensearch=self.opensearch,
         )
+
+    def end_bulk_load(self) -> None:
+        """The default refresh interval again, and one refresh: the index is about to go live."""
+        self._call(self.client.indices.put_settings, index=self.alias, body={"index": {"refresh_interval": None}})
+        self.refresh()
 
     def alias_targets(self) -> list[str]:
         """Concrete indices behind the alias; [] when the alias name is itself an index or absent."""

@@ -72,8 +72,12 @@ def test_rebuild_and_swap_serve_the_new_index_through_the_alias(alias: str) -> N
     old.ensure()
     [old_name] = old.alias_targets()
     fresh = old.rebuild_into(f"{alias}--rebuilt")
+    settings = old.client.indices.get_settings(index=f"{alias}--rebuilt")[f"{alias}--rebuilt"]["settings"]["index"]
+    assert settings["refresh_interval"] == "-1"
     fresh.bulk(IndexOp(chunk) for chunk in FIXTURE_CHUNKS)
-    fresh.refresh()
+    fresh.end_bulk_load()
+    settings = old.client.indices.get_settings(index=f"{alias}--rebuilt")[f"{alias}--rebuilt"]["settings"]["index"]
+    assert "refresh_interval" not in settings
     old.swap_alias(f"{alias}--rebuilt")
     assert old.alias_targets() == [f"{alias}--rebuilt"]
     assert not old.client.indices.exists(index=old_name)

@@ -196,6 +196,7 @@ def test_rebuild_creates_a_bare_index_and_swap_moves_the_alias_then_deletes_the_
     index = make_index(script)
     fresh = index.rebuild_into(new)
     assert fresh.alias == new and "aliases" not in script.sent[2].body
+    assert script.sent[2].body["settings"]["index"]["refresh_interval"] == "-1"  # a bulk load: no periodic refresh
     index.swap_alias(new)
     assert sent(script)[-2:] == [("POST", "/_aliases"), ("DELETE", f"/{old}")]
     assert script.sent[-2].body == {
@@ -438,8 +439,20 @@ def test_no_request_when_no_leg_can_match(script: Script) -> None:
 def test_a_failed_leg_raises_naming_the_leg(script: Script) -> None:
     failed = {"status": 400, "error": {"type": "search_phase_execution_exception", "reason": "all shards failed"}}
     script.reply("POST", "/_msearch", {"responses": [failed]})
+    # A failed k-NN leg looks whether `ki reindex` swapped in an index of another dimension: not here.
+    script.reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": EXPECTED_PROPERTIES}}})
     request = MultiSearchRequest(query_text="", query_vector=(1.0, 0.0, 0.0), scope=SCOPE, size=8)
     with pytest.raises(SearchBackendError, match="semantic leg.*all shards failed"):
+        make_index(script).multi_search(request)
+
+
+def test_a_failed_knn_leg_on_an_index_rebuilt_for_another_embedder_says_restart(script: Script) -> None:
+    failed = {"status": 400, "error": {"type": "illegal_argument_exception", "reason": "dimension mismatch"}}
+    script.reply("POST", "/_msearch", {"responses": [failed]})
+    live = {**EXPECTED_PROPERTIES, "embedding": {**EXPECTED_PROPERTIES["embedding"], "dimension": 768}}
+    script.reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": live}}})
+    request = MultiSearchRequest(query_text="", query_vector=(1.0, 0.0, 0.0), scope=SCOPE, size=8)
+    with pytest.raises(IndexDimensionMismatch, match=r"768-dimensional.*ki reindex.*restart"):
         make_index(script).multi_search(request)
 
 
