@@ -209,3 +209,34 @@ def redis_client(redis_url: str):
     finally:
         client.flushdb()
         client.close()
+
+
+# ------------------------------------------------------------------ OpenSearch summary
+
+_ON_THE_NODE: dict[str, set[str]] = {"passed": set(), "failed": set(), "skipped": set()}
+
+
+def _runs_on_the_node(nodeid: str) -> bool:
+    """Tests that talk to a live OpenSearch node: the opensearch parameter of the contract and
+    worker suites and the live module (the request-body pins run without a node)."""
+    return "opensearch" in nodeid and "test_opensearch_requests.py" not in nodeid
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not _runs_on_the_node(report.nodeid):
+        return
+    if report.skipped:
+        _ON_THE_NODE["skipped"].add(report.nodeid)
+    elif report.failed:
+        _ON_THE_NODE["failed"].add(report.nodeid)
+    elif report.when == "call":
+        _ON_THE_NODE["passed"].add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """One line CI's log can be checked by: how many tests ran on the OpenSearch node."""
+    url = os.environ.get("KI_TEST_OPENSEARCH_URL")
+    passed = len(_ON_THE_NODE["passed"] - _ON_THE_NODE["failed"])
+    failed, skipped = len(_ON_THE_NODE["failed"]), len(_ON_THE_NODE["skipped"])
+    where = f"on {url}" if url else "(KI_TEST_OPENSEARCH_URL unset: no node)"
+    terminalreporter.write_line(f"OpenSearch tests {where}: {passed} passed, {failed} failed, {skipped} skipped")
