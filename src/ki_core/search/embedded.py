@@ -32,7 +32,7 @@ import numpy as np
 
 from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
 from ki_core.search.chunk_table import Admitted, ChunkTable
-from ki_core.search.index import BulkOperation, DeleteOp, IndexOp, update_access_ops
+from ki_core.search.contract import BulkOperation, DeleteOp, IndexOp, update_access_ops
 from ki_core.search.text_index import RankedChunks, TextIndex
 from ki_core.search.types import (
     AccessProjection,

@@ -18,7 +18,7 @@ from opensearchpy import OpenSearch
 from opensearchpy.exceptions import OpenSearchException, RequestError
 
 from ki_core.config import FILTERING_KNN_ENGINES, OpenSearchSettings, RetrievalSettings
-from ki_core.search.index import (
+from ki_core.search.contract import (
     IDENTIFIER_TOKEN_PATTERN,
     BulkOperation,
     IndexOp,

@@ -16,7 +16,7 @@ import numpy as np
 import tantivy
 from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
 
-from ki_core.search.index import IDENTIFIER_TOKEN_PATTERN
+from ki_core.search.contract import IDENTIFIER_TOKEN_PATTERN
 from ki_core.search.types import FILTER_KEYWORD_FIELDS, TERM_FILTER_FIELDS, IndexChunk, ScopeFilter, SearchFilters
 
 GERMAN = "ki_german"
