@@ -8,7 +8,14 @@ documents (and one listing 1,000 single documents), recall@10 of the semantic le
 numpy brute force inside the filter, the access-only update time per document, and the
 same legs done by numpy brute force and a plain Python/numpy BM25, as ratios.
 
+--backend opensearch|both loads the same chunks into an OpenSearch index too (alias
+ki-bench-<random>, one shard, no replica, deleted at the end; refresh_interval -1 during the bulk
+load and one refresh after, in this bench only) and runs the same requests there: a leg alone is
+the same _msearch body with that one leg; "cold" clears the node's query and request caches of
+the index before each request. Each row is printed per backend.
+
     .venv/bin/python bench/index.py [--n 100000] [--dims 384] [--queries 200] [--path DIR]
+        [--backend embedded|opensearch|both] [--opensearch-url http://127.0.0.1:9200]
 """
 
 from __future__ import annotations
@@ -30,12 +37,14 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
+import backends
 import numpy as np
 
 from ki_core.search.embedded import EmbeddedIndex
-from ki_core.search.index import IndexOp
+from ki_core.search.index import IndexOp, SearchIndex
+from ki_core.search.opensearch import leg_body, leg_error, leg_hits, msearch_lines
 from ki_core.search.text_index import german_analyzer
-from ki_core.search.types import AccessProjection, IndexChunk, Leg, MultiSearchRequest, ScopeFilter
+from ki_core.search.types import AccessProjection, IndexChunk, Leg, LegHit, MultiSearchRequest, ScopeFilter
 
 DOCUMENTS = 2_000
 PROJECTS = 50
@@ -227,17 +236,71 @@ def best_of(fn: Callable[[], object], repeats: int, before: Callable[[], None] |
     return best, result
 
 
-def bench_legs(index: EmbeddedIndex, corpus: Corpus, scenario: Scenario, qs: list, args: argparse.Namespace,
-               bm25: NumpyBM25, cold: bool) -> dict:  # fmt: skip
+class Target:
+    """One backend under test: its index, one leg alone, and how to make a scope cold."""
+
+    name = "embedded"
+    cold_label = "cold: mask + tantivy filter built per query"
+    has_mask = True
+
+    def __init__(self, index: SearchIndex) -> None:
+        self.index = index
+
+    def leg(self, leg: Leg, request: MultiSearchRequest, scope: ScopeFilter) -> tuple[LegHit, ...]:
+        admitted = self.index.table.admitted(scope, None)
+        return self.index._leg(leg, request, admitted)  # noqa: SLF001 - one leg alone
+
+    def forget_filters(self) -> None:  # a scope seen for the first time: mask and tantivy filter built in the timing
+        self.index.table._masks.clear()  # noqa: SLF001
+        self.index.text._filters.clear()  # noqa: SLF001
+
+
+class OpenSearchTarget(Target):
+    name = "opensearch"
+    cold_label = "cold: node query + request caches cleared per query"
+    has_mask = False
+
+    def __init__(self, bench: backends.BenchOpenSearch) -> None:
+        super().__init__(bench.index)
+        self.bench = bench
+
+    def leg(self, leg: Leg, request: MultiSearchRequest, scope: ScopeFilter) -> tuple[LegHit, ...]:
+        """The product's _msearch header and leg body, with this one leg only."""
+        header = msearch_lines(self.bench.alias, request)[0]
+        response = self.bench.client.msearch(body=[header, leg_body(leg, request)])["responses"][0]
+        if (error := leg_error(leg, response)) is not None:
+            raise error
+        return leg_hits(response)
+
+    def forget_filters(self) -> None:
+        self.bench.clear_caches()
+
+
+class Baselines:
+    """numpy kNN / BM25 timings and the exact top 10 per (scenario, query): backend-independent, run once."""
+
+    def __init__(self, corpus: Corpus, bm25: NumpyBM25, args: argparse.Namespace) -> None:
+        self.corpus, self.bm25, self.args = corpus, bm25, args
+        self.done: dict[tuple[str, int], tuple[float, float, set[int]]] = {}
+
+    def get(self, scenario: Scenario, number: int, query_text: str, vector: np.ndarray) -> tuple[float, float, set[int]]:
+        key = (scenario.name, number)
+        if key not in self.done:
+            corpus, args = self.corpus, self.args
+            truth = set((numpy_knn(corpus.vectors, vector, scenario.mask, 10) + 1).tolist())
+            knn = best_of(lambda: numpy_knn(corpus.vectors, vector, scenario.mask, args.size), args.repeats)[0]
+            bm = best_of(lambda: self.bm25.top(query_text, scenario.mask, args.size), args.repeats)[0]
+            self.done[key] = (knn, bm, truth)
+        return self.done[key]
+
+
+def bench_legs(target: Target, scenario: Scenario, qs: list, args: argparse.Namespace, baselines: Baselines,
+               cold: bool) -> dict:  # fmt: skip
     timings: dict[str, list[float]] = defaultdict(list)
     recall = []
-
-    def forget_filters() -> None:  # a scope seen for the first time: mask and tantivy filter built in the timing
-        index.table._masks.clear()  # noqa: SLF001
-        index.text._filters.clear()  # noqa: SLF001
-
-    before = forget_filters if cold else None
-    for text, identifier, vector in qs:
+    index = target.index
+    before = target.forget_filters if cold else None
+    for number, (text, identifier, vector) in enumerate(qs):
         query_text = f"{text} {identifier}"
         request = MultiSearchRequest(query_text=query_text, query_vector=tuple(vector.tolist()),
                                      scope=scenario.scope, size=args.size)  # fmt: skip
@@ -245,32 +308,59 @@ def bench_legs(index: EmbeddedIndex, corpus: Corpus, scenario: Scenario, qs: lis
         timings["multi_search"].append(ms)
         for leg in (Leg.LEXICAL, Leg.IDENTIFIER, Leg.SEMANTIC):
             def run_leg(leg: Leg = leg) -> object:
-                admitted = index.table.admitted(scenario.scope, None)
-                return index._leg(leg, request, admitted)  # noqa: SLF001 - one leg alone
+                return target.leg(leg, request, scenario.scope)
 
             timings[leg.value].append(best_of(run_leg, args.repeats, before)[0])
-        uncached = ScopeFilter(project_ids=scenario.scope.project_ids | {"x"}, document_ids=scenario.scope.document_ids)
-        timings["scope mask (uncached)"].append(
-            best_of(lambda: index.table.admitted(uncached, None), args.repeats, forget_filters)[0]
-        )
-        truth = set((numpy_knn(corpus.vectors, vector, scenario.mask, 10) + 1).tolist())
+        if target.has_mask:
+            uncached = ScopeFilter(project_ids=scenario.scope.project_ids | {"x"},
+                                   document_ids=scenario.scope.document_ids)  # fmt: skip
+            timings["scope mask (uncached)"].append(
+                best_of(lambda: index.table.admitted(uncached, None), args.repeats, target.forget_filters)[0]
+            )
+        knn_ms, bm25_ms, truth = baselines.get(scenario, number, query_text, vector)
         got = {hit.chunk_id for hit in result.hits(Leg.SEMANTIC)[:10]}
         recall.append(len(truth & got) / 10)
-        timings["numpy kNN"].append(best_of(lambda: numpy_knn(corpus.vectors, vector, scenario.mask, args.size), args.repeats)[0])
-        timings["numpy BM25"].append(best_of(lambda: bm25.top(query_text, scenario.mask, args.size), args.repeats)[0])
+        timings["numpy kNN"].append(knn_ms)
+        timings["numpy BM25"].append(bm25_ms)
     return {"timings": timings, "recall": statistics.mean(recall)}
+
+
+LEG_ROWS = ("lexical", "identifier", "semantic", "multi_search", "scope mask (uncached)")
+BASELINE_ROWS = ("numpy BM25", "numpy kNN")
 
 
 def report(scenario: Scenario, results: dict, label: str) -> None:
     timings = results["timings"]
     admitted = scenario.mask.mean()
     print(f"\n{scenario.name} [{label}]: {admitted:.0%} of chunks admitted, recall@10 {results['recall']:.3f}")
-    for name in ("lexical", "identifier", "semantic", "multi_search", "scope mask (uncached)", "numpy BM25", "numpy kNN"):
+    for name in (*LEG_ROWS, *BASELINE_ROWS):
         p50, p95 = p50_p95(timings[name])
         print(f"  {name:<24} p50 {p50:7.2f} ms   p95 {p95:7.2f} ms")
     lex, bm = statistics.median(timings["lexical"]), statistics.median(timings["numpy BM25"])
     sem, knn = statistics.median(timings["semantic"]), statistics.median(timings["numpy kNN"])
     print(f"  ratio lexical/numpy-BM25 {lex / bm:.2f}   semantic/numpy-kNN {sem / knn:.2f}")
+
+
+def report_side_by_side(scenario: Scenario, results: dict[str, dict], labels: dict[str, str]) -> None:
+    """One row per leg and backend; the numpy baselines (the same for both) once."""
+    admitted = scenario.mask.mean()
+    recalls = ", ".join(f"{name} {r['recall']:.3f}" for name, r in results.items())
+    print(f"\n{scenario.name}: {admitted:.0%} of chunks admitted, recall@10 {recalls}")
+    for name, label in labels.items():
+        print(f"  [{name}] {label}")
+    for row in LEG_ROWS:
+        for backend, r in results.items():
+            if row in r["timings"]:
+                p50, p95 = p50_p95(r["timings"][row])
+                print(f"  {row:<24} {backend:<11} p50 {p50:7.2f} ms   p95 {p95:7.2f} ms")
+    first = next(iter(results.values()))["timings"]
+    for row in BASELINE_ROWS:
+        p50, p95 = p50_p95(first[row])
+        print(f"  {row:<24} {'':<11} p50 {p50:7.2f} ms   p95 {p95:7.2f} ms")
+    bm, knn = statistics.median(first["numpy BM25"]), statistics.median(first["numpy kNN"])
+    for backend, r in results.items():
+        lex, sem = statistics.median(r["timings"]["lexical"]), statistics.median(r["timings"]["semantic"])
+        print(f"  ratio [{backend}] lexical/numpy-BM25 {lex / bm:.2f}   semantic/numpy-kNN {sem / knn:.2f}")
 
 
 def main() -> int:
@@ -283,7 +373,9 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--batch", type=int, default=2_000, help="chunks per bulk call (= per commit)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per query and leg; the fastest is kept")
+    backends.add_arguments(parser)
     args = parser.parse_args()
+    backends.terminate_like_ctrl_c()
 
     rng = random.Random(42)
     workdir = args.path or Path(tempfile.mkdtemp(prefix="ki-bench-index-"))
@@ -294,6 +386,48 @@ def main() -> int:
     print(f"{args.n:,} chunks x {args.dims} dims, {DOCUMENTS:,} documents in {PROJECTS} projects, "
           f"{len(corpus.texts):,} distinct statute texts; index at {workdir}")  # fmt: skip
 
+    names = backends.selected(args)
+    targets: list[Target] = []
+    bench_os: backends.BenchOpenSearch | None = None
+    try:
+        if "embedded" in names:
+            targets.append(Target(load_embedded(workdir, corpus, args)))
+        if "opensearch" in names:
+            bench_os = backends.BenchOpenSearch(args.opensearch_url, args.dims)
+            load_opensearch(bench_os, corpus, args)
+            targets.append(OpenSearchTarget(bench_os))
+
+        bm25 = NumpyBM25([corpus.texts[i % len(corpus.texts)] for i in range(args.n)])
+        baselines = Baselines(corpus, bm25, args)
+        qs = queries(corpus, args.queries, rng, args.dims)
+        print(f"\nper leg: {args.size} hits; latency per query = fastest of {args.repeats} runs, then p50/p95 over "
+              f"{len(qs)} queries (text: 5 statute words + one document identifier; vector: a chunk's plus noise)")
+        cold_qs = qs[: max(20, len(qs) // 4)]
+        for scenario in scenarios(corpus, rng):
+            warm = {t.name: bench_legs(t, scenario, qs, args, baselines, cold=False) for t in targets}
+            cold = {t.name: bench_legs(t, scenario, cold_qs, args, baselines, cold=True) for t in targets}
+            if len(targets) == 1:
+                report(scenario, warm[targets[0].name], "warm filter cache")
+                report(scenario, cold[targets[0].name], targets[0].cold_label)
+            else:
+                report_side_by_side(scenario, warm, {t.name: "warm filter cache" for t in targets})
+                report_side_by_side(scenario, cold, {t.name: t.cold_label for t in targets})
+
+        for target in targets:
+            bench_access_updates(target, corpus, label=None if len(targets) == 1 else target.name)
+        print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    finally:
+        for target in targets:
+            if target.name == "embedded":
+                target.index.close()
+        if bench_os is not None:
+            bench_os.close()
+        if args.path is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def load_embedded(workdir: Path, corpus: Corpus, args: argparse.Namespace) -> EmbeddedIndex:
     index = EmbeddedIndex(workdir, dimensions=args.dims, commit_batch_chunks=args.batch)
     index.ensure()
     build_ms = bulk_ms = 0.0
@@ -315,34 +449,51 @@ def main() -> int:
     index = EmbeddedIndex(workdir, dimensions=args.dims, commit_batch_chunks=args.batch)
     ms = timed(index.ensure)[0]
     print(f"reopen the writer (reconcile + saved table + vectors): {ms:,.0f} ms")
-
-    bm25 = NumpyBM25([corpus.texts[i % len(corpus.texts)] for i in range(args.n)])
-    qs = queries(corpus, args.queries, rng, args.dims)
-    print(f"\nper leg: {args.size} hits; latency per query = fastest of {args.repeats} runs, then p50/p95 over "
-          f"{len(qs)} queries (text: 5 statute words + one document identifier; vector: a chunk's plus noise)")
-    for scenario in scenarios(corpus, rng):
-        report(scenario, bench_legs(index, corpus, scenario, qs, args, bm25, cold=False), "warm filter cache")
-        report(scenario, bench_legs(index, corpus, scenario, qs[: max(20, len(qs) // 4)], args, bm25, cold=True),
-               "cold: mask + tantivy filter built per query")  # fmt: skip
-
-    bench_access_updates(index, corpus)
-    print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    index.close()
-    if args.path is None:
-        shutil.rmtree(workdir)
-    return 0
+    return index
 
 
-def bench_access_updates(index: EmbeddedIndex, corpus: Corpus, documents: int = 50) -> None:
-    samples = []
+def load_opensearch(bench: backends.BenchOpenSearch, corpus: Corpus, args: argparse.Namespace) -> None:
+    """The same chunks in the same batches through OpenSearchIndex.bulk (500 items per _bulk request)."""
+    bench.ensure()
+    build_ms = bulk_ms = 0.0
+    with bench.bulk_loading() as timing:
+        for rows in batches(args.n, args.batch):
+            ms, ops = timed(lambda: [IndexOp(chunk(corpus, i)) for i in rows])
+            build_ms += ms
+            ms, _ = timed(lambda: bench.index.bulk(ops))
+            bulk_ms += ms
+    total_ms = bulk_ms + timing["refresh_ms"]
+    merge_s = bench.wait_for_merges()
+    stats = bench.stats()
+    print(f"opensearch bulk: {args.n / (total_ms / 1000):,.0f} chunks/s ({bulk_ms / 1000:.1f} s in bulk() with "
+          f"refresh_interval -1, {timing['refresh_ms'] / 1000:.1f} s for the one refresh after, "
+          f"{build_ms / 1000:.1f} s building IndexChunk models), {args.batch:,} chunks per bulk() call; "
+          f"index {bench.concrete} (alias {bench.alias}, 1 shard, 0 replicas)")  # fmt: skip
+    print(f"opensearch disk: {stats['store_bytes'] / 1e6:,.1f} MB primary store (vectors also in _source), "
+          f"{stats['docs']:,} docs, {stats['segments']} segments; {merge_s:.0f} s waiting for merges to finish")
+
+
+def bench_access_updates(target: Target, corpus: Corpus, documents: int = 50, label: str | None = None) -> None:
+    samples, refreshed = [], []
+    index = target.index
     for document in random.Random(1).sample(range(DOCUMENTS), documents):
         chunk_ids = tuple(int(i) + 1 for i in np.flatnonzero(corpus.document_of == document))
         projection = AccessProjection(document_version_id=f"d{document:04d}-v1", chunk_ids=chunk_ids,
                                       allowed_principals=("user:bench",), denied_principals=(), access_version=2)  # fmt: skip
         ms, _ = timed(lambda: index.update_access([projection]))
         samples.append(ms)
+        if target.name == "opensearch":  # visible to searches only after a refresh (the embedded commit is)
+            refreshed.append(ms + timed(index.refresh)[0])
     p50, p95 = p50_p95(samples)
-    print(f"\naccess-only update per document ({len(chunk_ids)} chunks, one commit each): p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+    if label is None:
+        print(f"\naccess-only update per document ({len(chunk_ids)} chunks, one commit each): p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+    elif not refreshed:
+        print(f"\naccess-only update per document [{label}] ({len(chunk_ids)} chunks, one commit each): "
+              f"p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+    else:
+        r50, r95 = p50_p95(refreshed)
+        print(f"\naccess-only update per document [{label}] ({len(chunk_ids)} chunks, one _bulk of partial updates): "
+              f"p50 {p50:.1f} ms, p95 {p95:.1f} ms; with a refresh after each: p50 {r50:.1f} ms, p95 {r95:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,13 @@ and prints p50/p95 of the whole search without the query embedding (the target: 
 of each step (scope from the cache as in steady state, and compiled cold), and the number of
 SQL round-trips per search. The query embedding is timed on its own (hashing embedder here).
 
+--backend opensearch|both puts the same chunks into an OpenSearch index as well (alias
+ki-bench-<random>, no replica, deleted at the end; refresh_interval -1 during the bulk load and
+one refresh after, in this bench only) and runs the same queries through a RetrievalService whose
+settings say search.backend "opensearch", on the same SQL database; each row is printed per backend.
+
     .venv/bin/python bench/query.py [--database-url URL | --sqlite] [--queries 200] [--dims 384]
+        [--backend embedded|opensearch|both] [--opensearch-url http://127.0.0.1:9200] [--limit-chunks N]
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+import backends
 from sqlalchemy import Engine, create_engine, event, insert, text
 from sqlalchemy.engine import make_url
 
@@ -58,7 +65,7 @@ from ki_core.models import (
     SourceObservation,
 )
 from ki_core.search.embedded import EmbeddedIndex
-from ki_core.search.index import IndexOp
+from ki_core.search.index import IndexOp, SearchIndex
 from ki_core.search.types import IndexChunk
 from ki_query.retrieval import RetrievalService
 from ki_query.scope import AccessService
@@ -271,6 +278,33 @@ def write_index(path: Path, rows: Rows, dims: int) -> EmbeddedIndex:
     return index
 
 
+def write_opensearch(bench: backends.BenchOpenSearch, rows: Rows) -> None:
+    """The same chunks by the same bulk path, refresh_interval -1 meanwhile and one refresh after."""
+    bench.ensure()
+    started = time.perf_counter()
+    with bench.bulk_loading() as timing:
+        bench.index.bulk(IndexOp(c) for c in rows.chunks)
+        bulk_s = time.perf_counter() - started
+    total_s = time.perf_counter() - started
+    merge_s = bench.wait_for_merges()
+    stats = bench.stats()
+    print(f"opensearch index {bench.concrete} (alias {bench.alias}, 1 shard, 0 replicas): "
+          f"{len(rows.chunks) / total_s:,.0f} chunks/s ({bulk_s:.1f} s in bulk() with refresh_interval -1, "
+          f"{timing['refresh_ms'] / 1000:.1f} s for the one refresh after), {merge_s:.0f} s waiting for merges; "
+          f"{stats['docs']:,} docs, {stats['segments']} segments, {stats['store_bytes'] / 1e6:,.0f} MB",
+          flush=True)
+
+
+@dataclass
+class Backend:
+    """One search backend under test: its settings, its own engine (round-trips counted apart) and index."""
+
+    name: str
+    settings: Settings
+    engine: Engine
+    index: SearchIndex
+
+
 # ------------------------------------------------------------------ measurement
 
 
@@ -339,8 +373,8 @@ def run_caller(
     return samples
 
 
-def report(name: str, samples: dict[str, list[float]]) -> None:
-    cells = [f"{name:<22}"]
+def report(name: str, samples: dict[str, list[float]], width: int = 22) -> None:
+    cells = [f"{name:<{width}}"]
     for step in ("e2e", *STEPS, "embed"):
         p50, p95 = p50_p95(samples[step])
         cells.append(f"{p50:6.1f} /{p95:6.1f}")
@@ -357,10 +391,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--limit-chunks", type=int, default=None,
+                        help="keep only the first N Absätze of the corpus (default: all, about 50,000)")
+    backends.add_arguments(parser)
     args = parser.parse_args(argv)
+    backends.terminate_like_ctrl_c()
+    names = backends.selected(args)
     rng = random.Random(7)
     started = time.perf_counter()
     paragraphs = load_paragraphs(args.data)
+    if args.limit_chunks is not None:
+        paragraphs = paragraphs[: args.limit_chunks]
     embedder = HashingEmbedder(dimensions=args.dims)
     rows = build_rows(paragraphs, embedder, rng)
     add_access(rows, rng)
@@ -373,32 +414,73 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         engine = make_engine(url)
         write_sql(engine, rows)
-        index = write_index(Path(tmp) / "index", rows, args.dims)
-        print(f"loaded SQL ({engine.dialect.name}) and the embedded index in {time.perf_counter() - started:.0f} s",
-              flush=True)
+        opened: list[Backend] = []
+        bench_os: backends.BenchOpenSearch | None = None
         try:
-            measure(engine, index, embedder, queries(paragraphs, args.queries, rng))
+            if names == ("embedded",):
+                index = write_index(Path(tmp) / "index", rows, args.dims)
+                opened.append(Backend("embedded", Settings(), engine, index))
+                print(f"loaded SQL ({engine.dialect.name}) and the embedded index in "
+                      f"{time.perf_counter() - started:.0f} s", flush=True)
+            else:
+                print(f"loaded SQL ({engine.dialect.name}) in {time.perf_counter() - started:.0f} s", flush=True)
+                for name in names:
+                    if name == "embedded":
+                        started = time.perf_counter()
+                        index = write_index(Path(tmp) / "index", rows, args.dims)
+                        seconds = time.perf_counter() - started
+                        opened.append(Backend("embedded", Settings(), engine, index))
+                        print(f"embedded index: {len(rows.chunks) / seconds:,.0f} chunks/s ({seconds:.1f} s in "
+                              f"ensure() + bulk(), commit every 10,000 chunks)", flush=True)
+                    else:
+                        bench_os = backends.BenchOpenSearch(args.opensearch_url, args.dims)
+                        write_opensearch(bench_os, rows)
+                        # Its own engine on the same database: round-trips counted per backend.
+                        opened.append(Backend("opensearch", bench_os.settings, make_engine(url), bench_os.index))
+            measure(opened, embedder, queries(paragraphs, args.queries, rng))
         finally:
-            index.close()
+            for backend in opened:
+                if backend.name == "embedded":
+                    backend.index.close()
+                if backend.engine is not engine:
+                    backend.engine.dispose()
+            if bench_os is not None:
+                bench_os.close()
             engine.dispose()
     return 0
 
 
-def measure(engine: Engine, index: EmbeddedIndex, embedder: HashingEmbedder, texts: list[str]) -> None:
-    settings = Settings()
-    sessions = session_factory(engine)
-    access = AccessService(sessions, settings)
-    service = RetrievalService(settings, sessions, index, embedder, access)
-    trips = RoundTrips(engine)
+def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str]) -> None:
+    services = {}
+    for backend in opened:
+        sessions = session_factory(backend.engine)
+        access = AccessService(sessions, backend.settings)
+        service = RetrievalService(backend.settings, sessions, backend.index, embedder, access)
+        services[backend.name] = (service, access, RoundTrips(backend.engine))
+    single = len(opened) == 1
+    width = 22 if single else 34
+
+    def label(name: str, backend: str) -> str:
+        return name if single else f"{name} [{backend}]"
+
     print(f"\n{len(texts)} queries per caller, limit 10; milliseconds p50 / p95; e2e = search without the embedding")
     header = ["caller", "e2e", *STEPS, "embed"]
-    print(f"{header[0]:<22} " + " ".join(f"{h:>14}" for h in header[1:]) + "  trips  hits")
+    print(f"{header[0]:<{width}} " + " ".join(f"{h:>14}" for h in header[1:]) + "  trips  hits")
     for name, principal in CALLERS.items():
-        report(name, run_caller(service, principal, texts, trips, None))
+        for backend in opened:
+            service, _, trips = services[backend.name]
+            report(label(name, backend.name), run_caller(service, principal, texts, trips, None), width)
     print("\nscope compiled cold (cache cleared before each search):")
     for name, principal in CALLERS.items():
-        report(f"{name} (cold scope)", run_caller(service, principal, texts, trips, access.clear_cache))
-    trips.report()
+        for backend in opened:
+            service, access, trips = services[backend.name]
+            report(label(f"{name} (cold scope)", backend.name),
+                   run_caller(service, principal, texts, trips, access.clear_cache), width)
+    for backend in opened:
+        if not single:
+            print(f"\n[{backend.name}]", end="")
+        services[backend.name][2].report()
+    access = services[opened[0].name][1]
     for name, principal in CALLERS.items():
         scope = access.compile_scope([principal])
         print(f"scope of {name}: {len(scope.filter.project_ids)} projects, {len(scope.filter.document_ids)} listed "
