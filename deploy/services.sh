@@ -207,7 +207,7 @@ YAML
 }
 
 start_opensearch() {
-    if os_health; then return; fi
+    if os_health; then say "OpenSearch is up on $OS_URL"; return; fi
     install_opensearch || { say "could not install OpenSearch $OPENSEARCH_VERSION" >&2; return 1; }
     if ! port_open 9200; then
         rm -f "$OS_HOME/opensearch.pid"
