@@ -14,6 +14,7 @@ otherwise the tests that need it are skipped with a one-line reason.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -219,7 +220,7 @@ _ON_THE_NODE: dict[str, set[str]] = {"passed": set(), "failed": set(), "skipped"
 def _runs_on_the_node(nodeid: str) -> bool:
     """Tests that talk to a live OpenSearch node: the opensearch parameter of the contract and
     worker suites and the live module (the request-body pins run without a node)."""
-    return "opensearch" in nodeid and "test_opensearch_requests.py" not in nodeid
+    return "test_opensearch_live.py" in nodeid or re.search(r"\[(?:[^\]]*-)?opensearch(?:-[^\]]*)?\]", nodeid) is not None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

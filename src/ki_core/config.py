@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -40,6 +40,9 @@ class _Section(BaseModel):
 FILTERING_KNN_ENGINES = ("lucene", "faiss")
 
 
+DEFAULT_VERSION_STATUS_BOOST: dict[str, float] = {"executed": 1.2, "final": 1.0, "unknown": 0.8, "draft": 0.7}
+
+
 class RetrievalSettings(_Section):
     """The `retrieval.*` table of spec/retrieval.md, defaults verbatim."""
 
@@ -62,15 +65,21 @@ class RetrievalSettings(_Section):
     weight_identifier: float = Field(default=1.5, ge=0)
     # Declared by the spec; search_decisions scores by token overlap and does not read it.
     weight_decisions: float = Field(default=0.8, ge=0)
-    version_status_boost: dict[str, float] = Field(
-        default_factory=lambda: {"executed": 1.2, "final": 1.0, "unknown": 0.8, "draft": 0.7}
-    )
+    version_status_boost: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_VERSION_STATUS_BOOST))
     collapse_per_document: bool = True
     max_chunks_per_document: int = Field(default=3, gt=0)
     rerank_enabled: bool = False
     rerank_model: str = "rerank"
     # Declared by the spec; not read by the retrieval code.
     graph_rag_enabled: bool = False
+
+    @field_validator("version_status_boost", mode="before")
+    @classmethod
+    def _boosts_merge_over_the_defaults(cls, value: Any) -> Any:
+        """Maps merge key by key, from whichever source: `{"executed": 1.5}` changes the executed
+        boost and keeps the others, with or without a config.json (pydantic-settings merges
+        config.json and environment maps that way; this extends it to the defaults)."""
+        return {**DEFAULT_VERSION_STATUS_BOOST, **value} if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _overlap_smaller_than_window(self) -> RetrievalSettings:

@@ -24,6 +24,7 @@ from ki_query.types import (
     RelatedDocument,
     RelationEdge,
     TraversalResult,
+    TraversalTooDeep,
     VersionView,
 )
 from ki_query.verification import VersionFacts, version_facts
@@ -89,7 +90,8 @@ def traverse(
     depth: int = 1,
 ) -> TraversalResult:
     """Visible documents within `depth` relation hops of a visible start, with the visible edges."""
-    depth = max(1, min(depth, MAX_TRAVERSAL_DEPTH))
+    if not 1 <= depth <= MAX_TRAVERSAL_DEPTH:
+        raise TraversalTooDeep(depth, MAX_TRAVERSAL_DEPTH)
     wanted = None if kinds is None else sorted({RelationKind(k) for k in kinds})
     start = get_document(session, viewer, document_id)
     views = {document_id: start}

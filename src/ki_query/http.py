@@ -21,6 +21,7 @@ from ki_core.config import Settings
 from ki_core.llm import GatewayError
 from ki_core.models import RelationKind
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError, SearchFilters
+from ki_query.graph import MAX_TRAVERSAL_DEPTH
 from ki_query.identity import Forbidden, Identity, Unauthenticated, resolve_identity
 from ki_query.retrieval import RetrievalService
 from ki_query.types import (
@@ -34,6 +35,7 @@ from ki_query.types import (
     SearchRequest,
     SearchResponse,
     TraversalResult,
+    TraversalTooDeep,
     WindowTooDeep,
 )
 
@@ -42,6 +44,7 @@ STATUS_FOR: list[tuple[type[BaseException], int]] = [
     (Forbidden, 403),
     (DocumentNotFound, 404),
     (WindowTooDeep, 400),
+    (TraversalTooDeep, 400),
     (ResultWindowTooDeep, 400),
     (InvalidFilters, 400),
     (InvalidDecision, 400),
@@ -71,7 +74,7 @@ class TraverseRequest(BaseModel):
 
     document_id: str
     kinds: list[RelationKind] | None = None
-    depth: int = Field(default=1, ge=1, le=5)
+    depth: int = Field(default=1, ge=1, le=MAX_TRAVERSAL_DEPTH)
 
 
 def create_query_app(settings: Settings, service: Callable[[], RetrievalService], prefix: str = "/v1") -> FastAPI:

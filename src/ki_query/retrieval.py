@@ -28,12 +28,17 @@ from ki_core.llm import ChatGateway
 from ki_core.models import RelationKind
 from ki_core.search.index import SearchIndex
 from ki_core.search.types import (
+    MAX_RANKED_WINDOW,
     MAX_RESULT_WINDOW,
     FilterHit,
     MultiSearchRequest,
     check_result_window,
     oversampled_window,
 )
+
+# Per-leg depth of every ranked search: the bound of spec's oversampling, min(max(n * 5, 50), 2500),
+# at the deepest window a caller may page to (MAX_RANKED_WINDOW).
+RANKED_LEG_DEPTH = oversampled_window(MAX_RANKED_WINDOW)
 from ki_query import decisions, graph
 from ki_query.fusion import (
     RERANK_PREFIX,
@@ -149,7 +154,13 @@ class RetrievalService:
     def _ranked_candidates(
         self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, clock: StepClock
     ) -> list[Candidate]:
-        """Steps 2-5: one embedding, one multi-search sized for the whole window, RRF, status boost."""
+        """Steps 2-5: one embedding, one multi-search, RRF, status boost.
+
+        Every leg asks for RANKED_LEG_DEPTH hits whatever the page (amendments.md 2): a depth that
+        followed offset + limit would fuse page 2 from another candidate set than page 1, and RRF
+        scores change when a leg reaches deeper, so pages would repeat and skip hits. With one
+        depth the fused list is one ranking and every page is a slice of it; verification and
+        collapse still stop at the prefix the window needs."""
         vector = self.embedder.embed_query(request.query)
         clock.lap("embed")
         result = self.index.multi_search(
@@ -158,7 +169,7 @@ class RetrievalService:
                 query_vector=tuple(vector.astype(float).tolist()),
                 scope=scope.filter,
                 filters=filters,
-                size=oversampled_window(request.window),
+                size=RANKED_LEG_DEPTH,
             )
         )
         clock.lap("legs")

@@ -82,6 +82,15 @@ class DocumentNotFound(LookupError):
         super().__init__(f"no document {document_id!r}")
 
 
+class TraversalTooDeep(ValueError):
+    """A relation traversal deeper than MAX_TRAVERSAL_DEPTH hops, or of no hop: refused, never clamped."""
+
+    def __init__(self, depth: int, limit: int) -> None:
+        self.depth, self.limit = depth, limit
+        super().__init__(f"traversal depth must be 1 to {limit} hops (got {depth}); beyond {limit} a "
+                         "neighbourhood is most of a matter: search within the matter instead")
+
+
 class InvalidDecision(ValueError):
     """A decision record names evidence that does not exist or says nothing."""
 

@@ -82,9 +82,27 @@ def test_env_overrides_a_scalar(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().retrieval.fusion_rrf_k == 30
 
 
-def test_env_overrides_a_nested_map_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+MERGED_BOOSTS = {"executed": 2.0, "final": 1.0, "unknown": 0.8, "draft": 0.7, "superseded": 0.1}
+
+
+def test_an_env_map_changes_the_keys_it_names_and_keeps_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KI_RETRIEVAL__VERSION_STATUS_BOOST", '{"executed": 2.0, "superseded": 0.1}')
-    assert load_settings().retrieval.version_status_boost == {"executed": 2.0, "superseded": 0.1}
+    assert load_settings().retrieval.version_status_boost == MERGED_BOOSTS
+
+
+def test_an_env_map_merges_the_same_way_over_the_shipped_config_json(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    shipped = json.loads((Path(__file__).parents[2] / "config.json").read_text(encoding="utf-8"))
+    (tmp_path / "config.json").write_text(json.dumps(shipped), encoding="utf-8")
+    monkeypatch.setenv("KI_RETRIEVAL__VERSION_STATUS_BOOST", '{"executed": 2.0, "superseded": 0.1}')
+    assert load_settings().retrieval.version_status_boost == MERGED_BOOSTS
+
+
+def test_a_config_json_map_merges_over_the_defaults_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"retrieval": {"version_status_boost": {"draft": 0.2}}}),
+                                          encoding="utf-8")  # fmt: skip
+    assert load_settings().retrieval.version_status_boost == {"executed": 1.2, "final": 1.0, "unknown": 0.8, "draft": 0.2}
 
 
 def test_env_overrides_a_doubly_nested_field(monkeypatch: pytest.MonkeyPatch) -> None:

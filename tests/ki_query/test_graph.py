@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from ki_core.grants import bump_access_generation
 from ki_core.models import ObservationState, SourceObservation
-from ki_query.types import DocumentNotFound
+from ki_query.types import DocumentNotFound, TraversalTooDeep
 from tests.ki_query.sql_world import SqlWorld
 
 
@@ -71,6 +71,12 @@ def test_an_invisible_neighbour_vanishes_and_the_walk_does_not_pass_through_it(w
     shown = {e.from_document_id for e in result.edges} | {e.to_document_id for e in result.edges}
     assert shown and not hidden & shown
     assert {r.document.document.key: r.depth for r in result.related}["reply"] == 2
+
+
+@pytest.mark.parametrize("depth", [0, 4, 5])
+def test_a_traversal_outside_one_to_three_hops_is_refused_not_clamped(world: SqlWorld, depth: int) -> None:
+    with pytest.raises(TraversalTooDeep, match="1 to 3 hops"):
+        world.service().traverse(world.documents["contract"].id, ["anna"], depth=depth)
 
 
 def test_an_administrator_sees_every_neighbour(world: SqlWorld) -> None:

@@ -119,6 +119,14 @@ def test_related_documents_of_the_contract(client: TestClient, folder_world: Fol
     assert "anlage-1" in keys
 
 
+def test_a_traversal_deeper_than_three_hops_is_400_naming_the_field(client: TestClient, folder_world: FolderWorld) -> None:  # noqa: F811
+    body = {"document_id": folder_world.documents["mietvertrag"].id, "depth": 4}
+    response = client.post("/v1/traverse", json=body, headers={"X-API-Key": ANNA_KEY})
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "depth"
+    body["depth"] = 3
+    assert client.post("/v1/traverse", json=body, headers={"X-API-Key": ANNA_KEY}).status_code == 200
+
+
 def test_the_index_being_down_is_503(folder_world: FolderWorld, signing_key) -> None:  # noqa: F811
     service, index, _ = folder_world.service()
 

@@ -147,7 +147,7 @@ def related(
     document_id: str,
     as_: list[str] = typer.Option(..., "--as", help=AS_HELP),
     kind: list[str] = typer.Option([], help="Relation kinds to follow (default all)."),
-    depth: int = typer.Option(1, min=1, max=5),
+    depth: int = typer.Option(1, min=1, max=3, help="Relation hops to follow (1 to 3)."),
 ) -> None:
     """Follow relations from a document; every neighbour is checked against the caller's access."""
     result = _service().traverse(document_id, as_, kind or None, depth)
