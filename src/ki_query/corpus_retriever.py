@@ -168,7 +168,10 @@ class CorpusRetriever:
         result = self.index.multi_search(request)
         # Legs in their declared order (not the set's hash order): equal scores keep a stable order.
         ordered = [leg for leg in Leg if leg in legs]
-        rankings = LegRankings({leg: [(h.chunk_id, h.score) for h in result.hits(leg)] for leg in ordered})
+        rankings = LegRankings({
+            leg: list(zip(result.hits(leg).chunk_ids.tolist(), result.hits(leg).scores.tolist(), strict=True))
+            for leg in ordered
+        })  # fmt: skip
         if Leg.LEXICAL in legs:
             sections = self.index.multi_search(
                 MultiSearchRequest(

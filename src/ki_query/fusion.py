@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ki_core.search.types import Leg, LegHit
+import numpy as np
+
+from ki_core.search.types import Leg, LegHit, LegHits, RowSequence
 
 # Leading collapsed hits sent to the reranker in one call (spec: "the top 20").
 RERANK_PREFIX = 20
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """One chunk on its way through the query path."""
 
@@ -59,21 +61,86 @@ def rrf(legs: Mapping[Leg | str, Sequence[LegHit]], weights: Mapping[str, float]
 
     A leg without a weight counts 0. Returns the candidates best first; `score` starts as `fused`.
     """
+    return list(fuse(legs, weights, k))
+
+
+def fuse(
+    legs: Mapping[Leg | str, Sequence[LegHit]],
+    weights: Mapping[str, float],
+    k: int,
+    boosts: Mapping[str, float] | None = None,
+    query: str | None = None,
+) -> FusedRanking:
+    """RRF and the version-status boost over whole legs, in numpy; candidates built lazily.
+
+    Every ranked search fuses three legs of up to 2,500 hits, and a page shows a few of them:
+    the scores and the order of all candidates are computed on the id, rank and status columns
+    (`LegHits`), and a `Candidate` (with its LegHit) is built only when the caller reads that
+    position. The same sums in the same order as adding leg by leg, so scores do not change.
+    With `query`, candidates from the identifier leg report their matched identifiers.
+    """
     if k < 1:
         raise ValueError(f"retrieval.fusion_rrf_k must be at least 1 (got {k}): rank 0 would divide by zero")
-    candidates: dict[int, Candidate] = {}
-    for leg, hits in legs.items():
-        name = str(leg)
-        weight = weights.get(name, 0.0)
-        for rank, hit in enumerate(hits):
-            candidate = candidates.get(hit.chunk_id)
-            if candidate is None:
-                candidate = candidates[hit.chunk_id] = Candidate.from_leg_hit(hit)
-            candidate.legs[name] = (rank, hit.score)
-            candidate.fused += weight / (k + rank)
-    for candidate in candidates.values():
-        candidate.score = candidate.fused
-    return sorted(candidates.values(), key=fused_order)
+    return FusedRanking(
+        {str(leg): LegHits.of(hits) for leg, hits in legs.items()}, weights, k, boosts or {}, query
+    )
+
+
+class FusedRanking(RowSequence[Candidate]):
+    """Candidates best first (score descending, then chunk id), built on first read."""
+
+    def __init__(
+        self, legs: dict[str, LegHits], weights: Mapping[str, float], k: int, boosts: Mapping[str, float],
+        query: str | None,
+    ) -> None:
+        self._legs = [(name, hits) for name, hits in legs.items() if len(hits)]
+        self._query = query
+        if not self._legs:
+            self._order = np.zeros(0, dtype=np.int64)
+            self._built: list[Candidate | None] = []
+            return
+        ids = np.concatenate([hits.chunk_ids for _, hits in self._legs])
+        contributions = np.concatenate(
+            [weights.get(name, 0.0) / (k + np.arange(len(hits), dtype=np.float64)) for name, hits in self._legs]
+        )
+        self._ids, self._first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        self._fused = np.bincount(inverse, weights=contributions, minlength=len(self._ids))
+        statuses = np.concatenate([hits.statuses for _, hits in self._legs])[self._first]
+        labels, label_of = np.unique(statuses.astype(str), return_inverse=True)
+        self._boost = np.array([boosts.get(label, 1.0) for label in labels], dtype=np.float64)[label_of]
+        self._score = self._fused * self._boost
+        self._order = np.lexsort((self._ids, -self._score))
+        # Per leg: the rank (-1: absent) of every unique chunk, for Candidate.legs and explain.
+        self._offsets = np.cumsum([0, *(len(hits) for _, hits in self._legs)])
+        self._ranks = []
+        for n, (_, hits) in enumerate(self._legs):
+            ranks = np.full(len(self._ids), -1, dtype=np.int64)
+            ranks[inverse[self._offsets[n] : self._offsets[n + 1]]] = np.arange(len(hits))
+            self._ranks.append(ranks)
+        self._built = [None] * len(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+    def _item(self, position: int) -> Candidate:
+        built = self._built[position]
+        if built is not None:
+            return built
+        unique = int(self._order[position])
+        first = int(self._first[unique])
+        leg = int(np.searchsorted(self._offsets, first, side="right")) - 1
+        candidate = Candidate.from_leg_hit(self._legs[leg][1][first - int(self._offsets[leg])])
+        for (name, hits), ranks in zip(self._legs, self._ranks, strict=True):
+            rank = int(ranks[unique])
+            if rank >= 0:
+                candidate.legs[name] = (rank, float(hits.scores[rank]))
+        candidate.fused = float(self._fused[unique])
+        candidate.boost = float(self._boost[unique])
+        candidate.score = float(self._score[unique])
+        if self._query is not None and str(Leg.IDENTIFIER) in candidate.legs:
+            candidate.matched_identifiers = matched_identifiers(candidate.identifiers, self._query)
+        self._built[position] = candidate
+        return candidate
 
 
 def matched_identifiers(identifiers: Iterable[str], query: str) -> tuple[str, ...]:

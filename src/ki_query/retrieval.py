@@ -43,12 +43,10 @@ from ki_query import decisions, graph
 from ki_query.fusion import (
     RERANK_PREFIX,
     Candidate,
-    apply_boost,
     collapse,
-    mark_identifier_matches,
+    fuse,
     prefix_covering,
     rerank_prefix,
-    rrf,
 )
 from ki_query.scope import AccessService, CompiledAccessScope
 from ki_query.text_match import excerpt
@@ -153,7 +151,7 @@ class RetrievalService:
 
     def _ranked_candidates(
         self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, clock: StepClock
-    ) -> list[Candidate]:
+    ) -> Sequence[Candidate]:
         """Steps 2-5: one embedding, one multi-search, RRF, status boost.
 
         Every leg asks for RANKED_LEG_DEPTH hits whatever the page (amendments.md 2): a depth that
@@ -178,7 +176,7 @@ class RetrievalService:
         return candidates
 
     def _verified_ranking(
-        self, session: Session, viewer: Viewer, request: SearchRequest, candidates: list[Candidate], clock: StepClock
+        self, session: Session, viewer: Viewer, request: SearchRequest, candidates: Sequence[Candidate], clock: StepClock
     ) -> tuple[list[Candidate], dict[int, VerifiedChunk], dict[int, str]]:
         """Steps 6-7: SQL re-verification with citations, collapse, rerank of the prefix.
 
@@ -210,16 +208,14 @@ class RetrievalService:
             clock.lap("rerank")
         return ranked, verified, texts
 
-    def _fuse(self, legs, query: str) -> list[Candidate]:
+    def _fuse(self, legs, query: str) -> Sequence[Candidate]:
         retrieval = self.settings.retrieval
         weights = {
             "lexical": retrieval.weight_lexical,
             "semantic": retrieval.weight_semantic,
             "identifier": retrieval.weight_identifier,
         }
-        candidates = rrf(legs, weights, retrieval.fusion_rrf_k)
-        mark_identifier_matches(candidates, query)
-        return apply_boost(candidates, retrieval.version_status_boost)
+        return fuse(legs, weights, retrieval.fusion_rrf_k, retrieval.version_status_boost, query)
 
     def _collapse(self, candidates: list[Candidate], verified: dict[int, VerifiedChunk]) -> list[Candidate]:
         survivors = [c for c in candidates if c.chunk_id in verified]

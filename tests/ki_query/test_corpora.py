@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from ki_core.db import make_engine, session_factory
 from ki_core.embedding import HashingEmbedder
 from ki_core.models.corpora import Corpus, CorpusKind, CorpusUnit
 from ki_core.search import open_index
-from ki_core.search.types import SearchFilters
+from ki_core.search.types import LegHits, MultiSearchResult, SearchFilters
 from ki_query.corpora import CorpusRegistry, FirmIndexCorpus
 from ki_query.corpus_errors import CorpusEmbeddingMismatch, CorpusLoadError, UnknownCorpus
 from ki_query.corpus_loader import load_corpus, split_text
@@ -295,10 +296,10 @@ class HalfCosineIndex:
     def multi_search(self, request):
         result = self.inner.multi_search(request)
         legs = {
-            leg: tuple(h.model_copy(update={"score": (1 + h.score) / 2}) if leg.value == "semantic" else h for h in hits)
+            leg: LegHits.of([replace(h, score=(1 + h.score) / 2) if leg.value == "semantic" else h for h in hits])
             for leg, hits in result.legs.items()
         }
-        return result.model_copy(update={"legs": legs})
+        return MultiSearchResult(legs=legs)
 
     def cosine(self, score: float) -> float:
         return 2.0 * score - 1.0

@@ -14,7 +14,7 @@ from ki_core.grants import bump_access_generation
 from ki_core.llm import ChatGateway, GatewayError
 from ki_core.models import ObservationState, SourceObservation
 from ki_core.search.index import IndexOp
-from ki_core.search.types import IndexChunk, SearchFilters, oversampled_window
+from ki_core.search.types import IndexChunk, SearchFilters
 from ki_query.text_match import EXCERPT_CHARS
 from ki_query.types import InvalidFilters, SearchRequest, WindowTooDeep, parse_filters
 from tests.fake_chat_gateway import FakeChatGateway, fake_gateway  # noqa: F401 - fixture
@@ -64,13 +64,13 @@ def test_the_scope_is_compiled_before_ranking_and_narrowed_by_the_project_filter
 # ------------------------------------------------------------------ 2, 3. one embedding, one multi-search
 
 
-def test_one_embedding_call_and_one_multi_search_sized_for_the_whole_window(folder_world: FolderWorld) -> None:
+def test_one_embedding_call_and_one_multi_search_at_one_depth_whatever_the_page(folder_world: FolderWorld) -> None:
+    """amendments.md 2: the depth of the deepest window for every page, so pages slice one ranking."""
     service, index, embedder = folder_world.service()
     for offset, limit in [(0, 8), (0, 20), (400, 10), (400, 100)]:
         service.search(SearchRequest(query="Heizung", offset=offset, limit=limit), [MEMBER])
     assert embedder.queries == 4
-    assert [r.size for r in index.requests] == [50, 100, 2050, 2500]
-    assert [r.size for r in index.requests] == [oversampled_window(n) for n in (8, 20, 410, 500)]
+    assert [r.size for r in index.requests] == [2500, 2500, 2500, 2500]
 
 
 def test_a_window_deeper_than_500_raises_before_any_work(folder_world: FolderWorld) -> None:

@@ -41,7 +41,7 @@ from ki_core.search.types import (
     IndexChunk,
     IndexDimensionMismatch,
     Leg,
-    LegHit,
+    LegHits,
     MultiSearchRequest,
     MultiSearchResult,
     ScopeFilter,
@@ -440,10 +440,10 @@ class EmbeddedIndex:
             legs = {leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()}
         return MultiSearchResult(legs=legs)
 
-    def _leg(self, leg: Leg, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:
+    def _leg(self, leg: Leg, request: MultiSearchRequest, admitted: Admitted) -> LegHits:
         try:
             if admitted.count == 0:
-                return ()
+                return LegHits.empty()
             if leg is Leg.SEMANTIC:
                 return self._semantic_leg(request, admitted)
             return self._text_leg("text" if leg is Leg.LEXICAL else "identifiers_text", request, admitted)
@@ -452,14 +452,14 @@ class EmbeddedIndex:
         except Exception as exc:
             raise SearchBackendError(f"the {leg} leg failed: {type(exc).__name__}: {exc}") from exc
 
-    def _semantic_leg(self, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:
+    def _semantic_leg(self, request: MultiSearchRequest, admitted: Admitted) -> LegHits:
         units, [problem] = checked_unit_rows([request.query_vector or ()], self.dimensions)
         if problem:
             raise SearchBackendError(f"the semantic leg cannot run: query {problem}")
         slots, scores = self.vectors.nearest(units[0], admitted.mask, admitted.count, request.size)
         return self.table.leg_hits(slots, scores.tolist())
 
-    def _text_leg(self, leg_field: str, request: MultiSearchRequest, admitted: Admitted) -> tuple[LegHit, ...]:
+    def _text_leg(self, leg_field: str, request: MultiSearchRequest, admitted: Admitted) -> LegHits:
         if request.scope.term_count > LARGE_SCOPE_TERMS:
             hits = self._post_filtered_text_leg(leg_field, request, admitted)
             if hits is not None:
@@ -470,7 +470,7 @@ class EmbeddedIndex:
 
     def _post_filtered_text_leg(
         self, leg_field: str, request: MultiSearchRequest, admitted: Admitted
-    ) -> tuple[LegHit, ...] | None:
+    ) -> LegHits | None:
         """A scope listing many documents: rank under the metadata filters alone and keep what the
         slot mask admits. Exact when the oversampled window yields `size` admitted hits or holds
         every match; otherwise None, and the caller runs the exact term-set filter."""

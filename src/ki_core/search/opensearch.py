@@ -37,6 +37,7 @@ from ki_core.search.types import (
     Leg,
     check_result_window,
     LegHit,
+    LegHits,
     MultiSearchRequest,
     MultiSearchResult,
     ScopeFilter,
@@ -285,8 +286,8 @@ def shard_failure(what: str, index: str, response: dict[str, Any]) -> SearchBack
     )
 
 
-def leg_hits(response: dict[str, Any]) -> tuple[LegHit, ...]:
-    return tuple(
+def leg_hits(response: dict[str, Any]) -> LegHits:
+    return LegHits.of(
         LegHit(
             chunk_id=int(hit["_id"]),
             document_id=hit["_source"]["document_id"],
@@ -626,7 +627,7 @@ class OpenSearchIndex:
         if not legs:
             return MultiSearchResult(legs={})
         response = self._call(self.client.msearch, body=msearch_lines(self.alias, request))
-        results: dict[Leg, tuple[LegHit, ...]] = {}
+        results: dict[Leg, LegHits] = {}
         for leg, leg_response in zip(legs, response["responses"], strict=True):
             error = leg_error(leg, leg_response, self.alias)
             if error is not None:

@@ -7,10 +7,16 @@ SearchFilters, IndexChunk and LegHit; each backend translates them.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import date
-from typing import Any
+from typing import Any, TypeVar, overload
+
+import numpy as np
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+T = TypeVar("T")
 
 # Ranked paging re-ranks the whole window, so a deeper window is refused (spec: _MAX_RANKED_WINDOW).
 MAX_RANKED_WINDOW = 500
@@ -181,8 +187,14 @@ class MultiSearchRequest(_Frozen):
         return legs
 
 
-class LegHit(_Frozen):
-    """A ranked hit as read from the index, enough for fusion and boost without SQL."""
+@dataclass(slots=True, kw_only=True)
+class LegHit:
+    """A ranked hit as read from the index, enough for fusion and boost without SQL.
+
+    A slotted dataclass, not a pydantic model: a ranked search reads up to 2,500 hits per leg
+    (3 x 2,500 per query), built by the backends from values they already typed, and a
+    validated model per hit cost ~20 ms a leg and the garbage collector the rest. Fusion reads
+    the columns of `LegHits` and builds a LegHit only for the hits it shows or verifies."""
 
     chunk_id: int
     document_id: str
@@ -195,11 +207,85 @@ class LegHit(_Frozen):
     rank: int
 
 
-class MultiSearchResult(_Frozen):
-    legs: dict[Leg, tuple[LegHit, ...]]
+class RowSequence(Sequence[T]):
+    """A sequence whose items are built on first read by `_item(position)`; len() says how many."""
 
-    def hits(self, leg: Leg) -> tuple[LegHit, ...]:
-        return self.legs.get(leg, ())
+    __slots__ = ()
+
+    def _item(self, position: int) -> T:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, position: int) -> T: ...
+    @overload
+    def __getitem__(self, position: slice) -> tuple[T, ...]: ...
+    def __getitem__(self, position: int | slice) -> T | tuple[T, ...]:
+        if isinstance(position, slice):
+            return tuple(self._item(i) for i in range(*position.indices(len(self))))
+        if position < 0:
+            position += len(self)
+        if not 0 <= position < len(self):
+            raise IndexError(position)
+        return self._item(position)
+
+    def __iter__(self) -> Iterator[T]:
+        return (self._item(i) for i in range(len(self)))
+
+
+class LegHits(RowSequence[LegHit]):
+    """One leg's ranked hits, best first: chunk ids, scores and version statuses as arrays for
+    fusion, and a LegHit per row only when one is read (`row(i)`, built by the backend)."""
+
+    __slots__ = ("chunk_ids", "scores", "statuses", "_row")
+
+    def __init__(
+        self, chunk_ids: np.ndarray, scores: np.ndarray, statuses: np.ndarray, row: Callable[[int], LegHit]
+    ) -> None:
+        self.chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
+        self.scores = np.asarray(scores, dtype=np.float64)
+        self.statuses = np.asarray(statuses, dtype=object)
+        self._row = row
+
+    @classmethod
+    def of(cls, hits: Sequence[LegHit]) -> LegHits:
+        """From hits already built (OpenSearch's JSON, tests)."""
+        if isinstance(hits, LegHits):
+            return hits
+        built = tuple(hits)
+        return cls(
+            np.fromiter((h.chunk_id for h in built), dtype=np.int64, count=len(built)),
+            np.fromiter((h.score for h in built), dtype=np.float64, count=len(built)),
+            np.array([h.version_status for h in built], dtype=object),
+            built.__getitem__,
+        )
+
+    @classmethod
+    def empty(cls) -> LegHits:
+        return cls.of(())
+
+    def __len__(self) -> int:
+        return len(self.chunk_ids)
+
+    def _item(self, position: int) -> LegHit:
+        return self._row(position)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LegHits({len(self)} hits)"
+
+
+@dataclass(frozen=True, slots=True)
+class MultiSearchResult:
+    legs: dict[Leg, LegHits]
+
+    def hits(self, leg: Leg) -> LegHits:
+        return self.legs.get(leg) or LegHits.empty()
 
 
 class FilterHit(_Frozen):
