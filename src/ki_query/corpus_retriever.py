@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ki_core.embedding import Embedder
-from ki_core.identifiers import Identifier, extract, normalize_law
+from ki_core.identifiers import Identifier, extract, normalize_law, query_identifier_terms
 from ki_core.models.corpora import CorpusUnit
 from ki_core.search import SearchIndex
 from ki_core.search.types import Leg, MultiSearchRequest, ScopeFilter, SearchFilters, oversampled_window
@@ -157,13 +157,13 @@ class CorpusRetriever:
     ) -> LegRankings:
         """Absatz rankings per requested leg, and the lexical ranking of whole sections."""
         scope, filters = self._filters(where)
-        text_legs = legs & {Leg.LEXICAL, Leg.IDENTIFIER}
         request = MultiSearchRequest(
-            query_text=question if text_legs else "",
+            query_text=question if Leg.LEXICAL in legs else "",
             query_vector=tuple(float(x) for x in vector) if Leg.SEMANTIC in legs else None,
             scope=scope,
             filters=filters.model_copy(update={"chunk_kind": UNIT_KIND}),
             size=size,
+            identifier_terms=query_identifier_terms(question) if Leg.IDENTIFIER in legs else (),
         )
         result = self.index.multi_search(request)
         # Legs in their declared order (not the set's hash order): equal scores keep a stable order.

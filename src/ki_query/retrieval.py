@@ -26,6 +26,7 @@ from ki_core.embedding import Embedder
 from ki_core.grants import current_access_generation
 from ki_core.llm import ChatGateway
 from ki_core.models import RelationKind
+from ki_core.identifiers import query_identifier_terms
 from ki_core.search.index import SearchIndex
 from ki_core.search.types import (
     MAX_RANKED_WINDOW,
@@ -168,6 +169,7 @@ class RetrievalService:
                 scope=scope.filter,
                 filters=filters,
                 size=RANKED_LEG_DEPTH,
+                identifier_terms=query_identifier_terms(request.query),
             )
         )
         clock.lap("legs")

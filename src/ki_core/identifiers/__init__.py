@@ -20,5 +20,18 @@ from .courts import court_table
 from .extraction import extract, identifiers_text
 from .laws import Law, law_table, normalize_law
 from .model import Identifier, Kind
+from .query_terms import EXTRACTOR_VERSION, IdentifierTerms, query_identifier_terms
 
-__all__ = ["Identifier", "Kind", "Law", "court_table", "extract", "identifiers_text", "law_table", "normalize_law"]
+__all__ = [
+    "EXTRACTOR_VERSION",
+    "Identifier",
+    "IdentifierTerms",
+    "Kind",
+    "Law",
+    "court_table",
+    "extract",
+    "identifiers_text",
+    "law_table",
+    "normalize_law",
+    "query_identifier_terms",
+]

@@ -465,7 +465,8 @@ class EmbeddedIndex:
             if hits is not None:
                 return hits
         strict = self.text.strict_filter(request.scope, request.filters, self.table.project_ids())
-        slots, scores = self._admitted_hits(self.text.ranked(leg_field, request.query_text, strict, request.size), admitted)
+        ranked = self.text.ranked(leg_field, request.query_text, strict, request.size, request.identifier_terms)
+        slots, scores = self._admitted_hits(ranked, admitted)
         return self.table.leg_hits(slots, scores.tolist())
 
     def _post_filtered_text_leg(
@@ -478,7 +479,7 @@ class EmbeddedIndex:
         if window > POST_FILTER_MAX_WINDOW:
             return None
         loose = self.text.strict_filter(None, request.filters)
-        ranked = self.text.ranked(leg_field, request.query_text, loose, window)
+        ranked = self.text.ranked(leg_field, request.query_text, loose, window, request.identifier_terms)
         slots, scores = self._admitted_hits(ranked, admitted)
         if len(slots) < request.size and len(ranked.chunk_ids) == window:
             return None

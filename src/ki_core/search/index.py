@@ -36,8 +36,11 @@ __all__ = [
 
 
 def index_signature(settings: Settings) -> str:
-    """Embedding model and dimension: vectors of two signatures cannot share one index."""
-    return f"{settings.embedding.label()}:{settings.effective_embedding_dimensions}"
+    """Embedding model and dimension (vectors of two signatures cannot share one index) and the
+    identifier extractor's version (indexed identifiers and the query's must come from one)."""
+    from ki_core.identifiers import EXTRACTOR_VERSION
+
+    return f"{settings.embedding.label()}:{settings.effective_embedding_dimensions}:ids{EXTRACTOR_VERSION}"
 
 
 def open_index(

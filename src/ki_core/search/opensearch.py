@@ -248,10 +248,23 @@ def leg_body(leg: Leg, request: MultiSearchRequest) -> dict[str, Any]:
         knn["filter"] = {"bool": {"filter": clauses}}
         body["query"] = {"knn": {"embedding": knn}}
         return body
-    field = "text" if leg is Leg.LEXICAL else "identifiers_text"
-    match = {"match": {field: {"query": request.query_text}}}
+    if leg is Leg.IDENTIFIER:
+        body["query"] = {"bool": {"should": identifier_clauses(request.identifier_terms),
+                                  "minimum_should_match": 1, "filter": clauses}}  # fmt: skip
+        # Equal weights are common (many chunks citing one norm): ties break on chunk id, as embedded.
+        body["sort"] = [{"_score": {"order": "desc"}}, {"chunk_id": {"order": "asc"}}]
+        return body
+    match = {"match": {"text": {"query": request.query_text}}}
     body["query"] = {"bool": {"must": [match], "filter": clauses}}
     return body
+
+
+def identifier_clauses(terms: tuple[tuple[str, float], ...]) -> list[dict[str, Any]]:
+    """A value matches where all its tokens are among the chunk's identifier tokens (the
+    ki_identifier analyzer, the same as the embedded backend's), scored by BM25 times its weight."""
+    return [
+        {"match": {"identifiers_text": {"query": value, "operator": "and", "boost": weight}}} for value, weight in terms
+    ]
 
 
 def msearch_lines(index: str, request: MultiSearchRequest) -> list[dict[str, Any]]:

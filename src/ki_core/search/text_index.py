@@ -175,8 +175,14 @@ class TextIndex:
         stamps = searcher.fast_field_values("stamp", addresses)
         return dict(zip(ids, stamps, strict=True))
 
-    def ranked(self, leg_field: str, query_text: str, strict_filter: TextFilter, limit: int) -> RankedChunks:
-        """BM25 top `limit` on one field inside the filter (the filter adds no score)."""
+    def ranked(
+        self, leg_field: str, query_text: str, strict_filter: TextFilter, limit: int,
+        identifier_terms: tuple[tuple[str, float], ...] = (),
+    ) -> RankedChunks:
+        """BM25 top `limit` on `text`, or the identifier leg's weighted whole-value matches on
+        `identifiers_text`, inside the filter (the filter adds no score)."""
+        if leg_field == "identifiers_text":
+            return self._ranked_identifiers(identifier_terms, strict_filter, limit)
         matcher = self.match_query(leg_field, query_text)
         if matcher is None:
             return NO_HITS
@@ -191,6 +197,46 @@ class TextIndex:
             stamps=np.array(searcher.fast_field_values("stamp", list(addresses)), dtype=np.int64),
             scores=np.array(scores, dtype=np.float64),
         )
+
+    def _ranked_identifiers(
+        self, terms: tuple[tuple[str, float], ...], strict_filter: TextFilter, limit: int
+    ) -> RankedChunks:
+        """A value matches where all its tokens are among the chunk's identifier tokens, scored
+        by BM25 times its weight (a unit carrying the norm as its own address, with few other
+        identifiers, before one of many that cite it); ties break on chunk id, as on OpenSearch."""
+        matcher = self.identifier_query(terms)
+        if matcher is None:
+            return NO_HITS
+        query = Query.boolean_query([(Occur.Must, matcher), *strict_filter.clauses()])
+        searcher = self.index.searcher()
+        hits = searcher.search(query, limit, count=False).hits
+        if not hits:
+            return NO_HITS
+        scores, addresses = zip(*hits, strict=True)
+        chunk_ids = searcher.fast_field_values("chunk_id", list(addresses))
+        stamps = searcher.fast_field_values("stamp", list(addresses))
+        order = sorted(range(len(chunk_ids)), key=lambda i: (-scores[i], chunk_ids[i]))
+        return RankedChunks(
+            chunk_ids=[chunk_ids[i] for i in order],
+            stamps=np.array([stamps[i] for i in order], dtype=np.int64),
+            scores=np.array([scores[i] for i in order], dtype=np.float64),
+        )
+
+    def identifier_query(self, terms: tuple[tuple[str, float], ...]) -> Query | None:
+        """OR over the values; a value matches a chunk holding every one of its tokens (so
+        "§ 573c BGB" matches "§ 573c BGB" and "§ 573c Abs. 1 BGB", never "nach BGB" alone),
+        scored by BM25 and weighted."""
+        branches = []
+        for value, weight in terms:
+            tokens = self.identifier.analyze(value)
+            if not tokens:
+                continue
+            every = Query.boolean_query([
+                (Occur.Must, Query.term_query(self.schema, "identifiers_text", token, index_option="freq"))
+                for token in dict.fromkeys(tokens)
+            ])  # fmt: skip
+            branches.append((Occur.Should, Query.boost_query(every, weight)))
+        return Query.boolean_query(branches) if branches else None
 
     def match_query(self, leg_field: str, query_text: str) -> Query | None:
         """OR of the analyzed query tokens, like OpenSearch's `match` (no query syntax, no regex parsing)."""

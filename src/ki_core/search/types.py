@@ -174,16 +174,22 @@ class MultiSearchRequest(_Frozen):
     query_vector: tuple[float, ...] | None
     scope: ScopeFilter
     filters: SearchFilters = SearchFilters()
-    # Per-leg size; callers use oversampled_window(offset + limit).
+    # Per-leg size; a ranked search asks every leg for the deepest window's oversampled size.
     size: int = Field(gt=0, le=MAX_LEG_SIZE)
+    # The identifier leg's (value, weight) pairs: the identifiers found in the query text
+    # (ki_core.identifiers.query_identifier_terms). None found: the leg does not run.
+    identifier_terms: tuple[tuple[str, float], ...] = ()
 
     def legs_to_send(self) -> list[Leg]:
-        """Legs that can match: none of the text legs under match_none, no identifier leg for blank text."""
+        """Legs that can match: none of the text legs under match_none, no lexical leg for blank
+        text, no identifier leg for a query that holds no identifier."""
         legs = [Leg.SEMANTIC] if self.query_vector is not None else []
         if self.scope.match_none:
             return legs
         if self.query_text.strip():
-            return [Leg.LEXICAL, *legs, Leg.IDENTIFIER]
+            legs = [Leg.LEXICAL, *legs]
+        if self.identifier_terms:
+            legs.append(Leg.IDENTIFIER)
         return legs
 
 

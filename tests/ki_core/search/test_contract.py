@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ki_core.identifiers import query_identifier_terms
 from ki_core.search.index import DeleteOp, IndexOp, SearchIndex
 from ki_core.search.types import (
     MAX_RESULT_WINDOW,
@@ -45,7 +46,8 @@ def search(
     vector: tuple[float, ...] | None = unit_vector("query"),
     size: int = 100,
 ) -> MultiSearchResult:
-    request = MultiSearchRequest(query_text=text, query_vector=vector, scope=scope, filters=filters, size=size)
+    request = MultiSearchRequest(query_text=text, query_vector=vector, scope=scope, filters=filters, size=size,
+                                 identifier_terms=query_identifier_terms(text))  # fmt: skip
     return index.multi_search(request)
 
 
@@ -164,7 +166,22 @@ def test_match_none_returns_nothing_from_any_leg_and_sends_no_text_leg(loaded_in
 
 def test_only_the_legs_that_can_match_are_run(loaded_index: SearchIndex) -> None:
     assert set(search(loaded_index, "   ").legs) == {Leg.SEMANTIC}
-    assert set(search(loaded_index, "Mietvertrag", vector=None).legs) == {Leg.LEXICAL, Leg.IDENTIFIER}
+    assert set(search(loaded_index, "Mietvertrag", vector=None).legs) == {Leg.LEXICAL}
+    assert set(search(loaded_index, "Kündigung nach BGB", vector=None).legs) == {Leg.LEXICAL}
+    assert set(search(loaded_index, "Mietvertrag § 573c BGB", vector=None).legs) == {Leg.LEXICAL, Leg.IDENTIFIER}
+
+
+def test_a_law_name_alone_matches_no_citation_of_the_law(loaded_index: SearchIndex) -> None:
+    """amendments.md 1: "nach BGB" once matched every chunk citing the BGB, at weight 1.5."""
+    assert any("BGB" in c.identifiers_text for c in FIXTURE_CHUNKS)
+    assert search(loaded_index, "Kündigung nach BGB").hits(Leg.IDENTIFIER) == ()
+
+
+def test_a_statute_below_its_section_finds_the_chunks_citing_the_section(loaded_index: SearchIndex) -> None:
+    with_absatz = [c for c in FIXTURE_CHUNKS if "§ 573c BGB" in c.identifiers]
+    hits = search(loaded_index, "§ 573c Abs. 1 BGB").hits(Leg.IDENTIFIER)
+    assert with_absatz and {c.chunk_id for c in with_absatz} <= ids(hits)
+    assert all("573c" in " ".join(hit.identifiers) for hit in hits)
 
 
 # ----------------------------------------------------------------- ranking

@@ -392,7 +392,8 @@ def test_one_msearch_carries_the_three_legs_under_the_same_strict_filter(script:
         ]},
     )  # fmt: skip
     request = MultiSearchRequest(
-        query_text="Kündigung VIII ZR 123/20", query_vector=(0.6, 0.0, 0.8), scope=SCOPE, filters=ALL_FILTERS, size=50
+        query_text="Kündigung VIII ZR 123/20", query_vector=(0.6, 0.0, 0.8), scope=SCOPE, filters=ALL_FILTERS, size=50,
+        identifier_terms=(("VIII ZR 123/20", 2.0),),
     )
     result = make_index(script).multi_search(request)
     assert sent(script) == [("POST", "/_msearch")]
@@ -405,8 +406,9 @@ def test_one_msearch_carries_the_three_legs_under_the_same_strict_filter(script:
             "vector": [0.6, 0.0, 0.8], "k": 50, "filter": {"bool": {"filter": ALL_FILTER_CLAUSES}}}}}},
         {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 50, "_source": SOURCE, "query": {"bool": {
-            "must": [{"match": {"identifiers_text": {"query": "Kündigung VIII ZR 123/20"}}}],
-            "filter": ALL_FILTER_CLAUSES}}},
+            "should": [{"match": {"identifiers_text": {"query": "VIII ZR 123/20", "operator": "and", "boost": 2.0}}}],
+            "minimum_should_match": 1, "filter": ALL_FILTER_CLAUSES}},
+         "sort": [{"_score": {"order": "desc"}}, {"chunk_id": {"order": "asc"}}]},
     ]  # fmt: skip
     assert result.hits(Leg.LEXICAL) == (
         LegHit(chunk_id=42, document_id="d1", document_version_id="v1", project_id="p1", version_status="final",
@@ -543,7 +545,7 @@ def test_open_index_builds_the_opensearch_backend_from_settings_without_a_reques
     )
     index = open_index(settings)
     assert isinstance(index, OpenSearchIndex) and isinstance(index, SearchIndex)
-    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing:t:3")
+    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing:t:3:ids1")
     index.close()
 
 

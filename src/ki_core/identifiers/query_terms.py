@@ -1,0 +1,60 @@
+"""What the identifier leg looks for: the identifiers a query holds, as whole normalized values.
+
+amendments.md 1: the leg matches identifiers, not their tokens. A chunk carries its
+document's identifiers as normalized whole values (the output of `extract`, a keyword
+field in both backends); the query is run through the same extractor and the leg asks
+for exactly those values. A law name alone ("Kündigung nach BGB") is no identifier, so
+it matches nothing and the leg does not run. A statute reference below its section
+("§ 573c Abs. 1 BGB") also asks, at half the weight, for the section ("§ 573c BGB"),
+which documents and statute sections cite or carry as a whole. A short query that is
+one pasted string the extractor does not know (an internal file number given in a
+manifest) is asked for as a whole value too.
+
+EXTRACTOR_VERSION names this behaviour in the index signature: when the extractor
+changes what it finds, indexed values and query values could disagree, and a changed
+signature means `ki reindex`, not silent misses.
+"""
+
+from __future__ import annotations
+
+from .extraction import extract
+
+EXTRACTOR_VERSION = 1
+EXACT_WEIGHT = 2.0
+SECTION_WEIGHT = 1.0
+# A pasted value, not a sentence: at most this long and at most this many words.
+PASTED_MAX_CHARS = 80
+PASTED_MAX_WORDS = 6
+
+IdentifierTerms = tuple[tuple[str, float], ...]
+
+
+def query_identifier_terms(query: str) -> IdentifierTerms:
+    """(value, weight) pairs for the identifier leg, strongest first; () when the query holds none."""
+    terms: dict[str, float] = {}
+    for found in extract(query):
+        terms[found.normalized] = max(terms.get(found.normalized, 0.0), EXACT_WEIGHT)
+        section = section_value(found.kind, found.section, found.law)
+        if section and section != found.normalized:
+            terms.setdefault(section, SECTION_WEIGHT)
+    pasted = " ".join(query.split())
+    if _looks_pasted(pasted):
+        terms.setdefault(pasted, EXACT_WEIGHT)
+    return tuple(sorted(terms.items(), key=lambda item: (-item[1], item[0])))
+
+
+def section_value(kind: str, section: str | None, law: str | None) -> str | None:
+    """The section-level normalized form of a statute reference ("§ 573c BGB"), or None."""
+    if kind not in ("statute", "eu_reference") or not section or not law:
+        return None
+    return f"{section} {law}"
+
+
+def _looks_pasted(text: str) -> bool:
+    """One short value with a digit in it (a file number such as "KW-2024-017"), not a question."""
+    return (
+        0 < len(text) <= PASTED_MAX_CHARS
+        and len(text.split()) <= PASTED_MAX_WORDS
+        and any(ch.isdigit() for ch in text)
+        and not text.endswith("?")
+    )
