@@ -86,6 +86,11 @@ class RankedChunks:
     stamps: np.ndarray
     scores: np.ndarray
 
+    def ties_by_chunk_id(self) -> RankedChunks:
+        """Best first, equal scores in chunk id order (tantivy returns ties in index order)."""
+        order = np.lexsort((np.asarray(self.chunk_ids, dtype=np.int64), -self.scores))
+        return RankedChunks([self.chunk_ids[i] for i in order.tolist()], self.stamps[order], self.scores[order])
+
 
 NO_HITS = RankedChunks([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
 
@@ -179,11 +184,15 @@ class TextIndex:
         self, leg_field: str, query_text: str, strict_filter: TextFilter, limit: int,
         identifier_terms: tuple[tuple[str, float], ...] = (),
     ) -> RankedChunks:
-        """BM25 top `limit` on `text`, or the identifier leg's weighted whole-value matches on
-        `identifiers_text`, inside the filter (the filter adds no score)."""
+        """BM25 top `limit` inside the filter (the filter adds no score): the query's words on
+        `text`, or the identifier leg's weighted whole values on `identifiers_text`, whose
+        ties (many chunks citing one norm) break on chunk id, as on OpenSearch."""
         if leg_field == "identifiers_text":
-            return self._ranked_identifiers(identifier_terms, strict_filter, limit)
-        matcher = self.match_query(leg_field, query_text)
+            ranked = self._top(self.identifier_query(identifier_terms), strict_filter, limit)
+            return ranked.ties_by_chunk_id()
+        return self._top(self.match_query(leg_field, query_text), strict_filter, limit)
+
+    def _top(self, matcher: Query | None, strict_filter: TextFilter, limit: int) -> RankedChunks:
         if matcher is None:
             return NO_HITS
         query = Query.boolean_query([(Occur.Must, matcher), *strict_filter.clauses()])
@@ -196,30 +205,6 @@ class TextIndex:
             chunk_ids=searcher.fast_field_values("chunk_id", list(addresses)),
             stamps=np.array(searcher.fast_field_values("stamp", list(addresses)), dtype=np.int64),
             scores=np.array(scores, dtype=np.float64),
-        )
-
-    def _ranked_identifiers(
-        self, terms: tuple[tuple[str, float], ...], strict_filter: TextFilter, limit: int
-    ) -> RankedChunks:
-        """A value matches where all its tokens are among the chunk's identifier tokens, scored
-        by BM25 times its weight (a unit carrying the norm as its own address, with few other
-        identifiers, before one of many that cite it); ties break on chunk id, as on OpenSearch."""
-        matcher = self.identifier_query(terms)
-        if matcher is None:
-            return NO_HITS
-        query = Query.boolean_query([(Occur.Must, matcher), *strict_filter.clauses()])
-        searcher = self.index.searcher()
-        hits = searcher.search(query, limit, count=False).hits
-        if not hits:
-            return NO_HITS
-        scores, addresses = zip(*hits, strict=True)
-        chunk_ids = searcher.fast_field_values("chunk_id", list(addresses))
-        stamps = searcher.fast_field_values("stamp", list(addresses))
-        order = sorted(range(len(chunk_ids)), key=lambda i: (-scores[i], chunk_ids[i]))
-        return RankedChunks(
-            chunk_ids=[chunk_ids[i] for i in order],
-            stamps=np.array([stamps[i] for i in order], dtype=np.int64),
-            scores=np.array([scores[i] for i in order], dtype=np.float64),
         )
 
     def identifier_query(self, terms: tuple[tuple[str, float], ...]) -> Query | None:
