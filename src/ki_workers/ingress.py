@@ -341,14 +341,16 @@ def create_ingress_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        sweeper = asyncio.create_task(_sweep_in_process_forever(settings)) if settings.broker.eager else None
+        stop = asyncio.Event()
+        sweeper = asyncio.create_task(_sweep_in_process_forever(settings, stop)) if settings.broker.eager else None
         try:
             yield
         finally:
             if sweeper is not None:
-                sweeper.cancel()
-                with suppress(asyncio.CancelledError):
-                    await sweeper
+                # Not cancel(): a sweep running in a worker thread would go on holding its database
+                # connection after the engines are disposed. Ask the loop to stop, and wait for it.
+                stop.set()
+                await sweeper
             engine.dispose()
 
     app = FastAPI(title="LegalMemory knowledge index: DMS ingress", version="1", lifespan=lifespan)
@@ -358,19 +360,21 @@ def create_ingress_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-async def _sweep_in_process_forever(settings: Settings) -> None:
+async def _sweep_in_process_forever(settings: Settings, stop: asyncio.Event) -> None:
     """With broker.eager no beat runs: the process sweeps itself, first right at start, so an
-    event a crash left half-done is taken up again, then every sweep.interval_seconds."""
+    event a crash left half-done is taken up again, then every sweep.interval_seconds, until
+    `stop` is set (a sweep in progress then finishes first)."""
     from ki_workers.context import worker_context
     from ki_workers.sweep import sweep_in_process
 
-    while True:
+    while not stop.is_set():
         try:
             result = await run_in_threadpool(sweep_in_process, worker_context())
             log.debug("in-process sweep: %s", result)
         except Exception:  # noqa: BLE001 - a failed sweep is logged and tried again next interval
             log.exception("in-process sweep failed; next try in %d s", settings.sweep.interval_seconds)
-        await asyncio.sleep(settings.sweep.interval_seconds)
+        with suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=settings.sweep.interval_seconds)
 
 
 def _publish_event_schema(app: FastAPI) -> None:
