@@ -9,6 +9,7 @@ the embedding signature, so `ki reindex` can build the next one beside it and sw
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Iterable
 from datetime import date
@@ -44,6 +45,8 @@ from ki_core.search.types import (
     SearchBackendError,
     SearchFilters,
 )
+
+log = logging.getLogger(__name__)
 
 # Items per _bulk request: 500 chunks of a 1536-dim embedding are about 8 MB of JSON,
 # under the default http.max_content_length (100 MB) with room for long texts.
@@ -513,6 +516,7 @@ class OpenSearchIndex:
             live = mapping.get("mappings", {}).get("properties", {})
             self._check_dimension(concrete, live_dimension(live))
             self._check_engine(concrete, live_engine(live))
+            self._warn_on_old_text_analyzer(concrete, live)
             missing = missing_properties(live, wanted)
             if missing:
                 self._call(self.client.indices.put_mapping, index=concrete, body={"properties": missing})
@@ -552,6 +556,16 @@ class OpenSearchIndex:
                 f"index {concrete} (alias {self.alias}) holds {live}-dimensional vectors but the "
                 f"embedder {self.signature} produces {self.dimensions}; run `ki reindex` to rebuild "
                 "the index for the configured embedder"
+            )
+
+    def _warn_on_old_text_analyzer(self, concrete: str, live: dict[str, Any]) -> None:
+        """An index built before ki_german still serves (its terms are consistent in themselves),
+        but lexical ranking differs from the embedded backend's until `ki reindex` rebuilds it."""
+        analyzer = live.get("text", {}).get("analyzer")
+        if analyzer is not None and analyzer != TEXT_ANALYZER:
+            log.warning(
+                "index %s (alias %s) analyzes text with %r, not %r: lexical ranking differs from the "
+                "embedded backend's until `ki reindex` rebuilds it", concrete, self.alias, analyzer, TEXT_ANALYZER,
             )
 
     def _check_engine(self, concrete: str, engine: str | None) -> None:

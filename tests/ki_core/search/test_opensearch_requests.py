@@ -557,3 +557,12 @@ def test_ensure_refuses_a_live_index_whose_knn_engine_cannot_filter(script: Scri
     with pytest.raises(IndexMappingMismatch, match=r"nmslib k-NN engine.*ki reindex"):
         make_index(script).ensure()
     assert [r.method for r in script.sent] == ["HEAD", "GET"]
+
+
+def test_a_live_index_with_the_old_german_analyzer_is_served_with_a_warning_naming_ki_reindex(
+    script: Script, caplog: pytest.LogCaptureFixture
+) -> None:
+    live = {**EXPECTED_PROPERTIES, "text": {"type": "text", "analyzer": "german"}}
+    script.reply("HEAD", f"/{ALIAS}").reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": live}}})
+    make_index(script).ensure()
+    assert "ki reindex" in caplog.text and "'german'" in caplog.text
