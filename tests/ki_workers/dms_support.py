@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
+import posixpath
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
 
 SOURCE = "acme"
 SECRET = "s3cret-for-tests"
@@ -65,6 +67,8 @@ class ContentServer:
     """Serves `files` by path; `failures[path]` answers 503 that many times first; `gate` holds requests."""
 
     files: dict[str, bytes] = field(default_factory=dict)
+    # Served by absolute path outside /content/: what a traversal past the base would reach.
+    outside: dict[str, bytes] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     gate: threading.Event = field(default_factory=threading.Event)
     requests: list[str] = field(default_factory=list)
@@ -80,10 +84,14 @@ def content_server() -> Iterator[ContentServer]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            path = self.path.removeprefix("/content/")
+            # Like many servers: decode first, then resolve dot segments (what makes "%2e%2e/" dangerous).
+            resolved = posixpath.normpath(unquote(unquote(self.path)).replace("\\", "/"))
+            path = resolved.removeprefix("/content/")
             state.requests.append(path)
             state.gate.wait(timeout=60)
-            if state.failures.get(path, 0) > 0:
+            if resolved in state.outside:
+                self._answer(200, state.outside[resolved])
+            elif state.failures.get(path, 0) > 0:
                 state.failures[path] -= 1
                 self._answer(503, b"busy")
             elif path in state.files:

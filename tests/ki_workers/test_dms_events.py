@@ -322,6 +322,22 @@ def test_content_that_cannot_be_right_parks_the_event_with_the_reason(dms, serve
     assert version_of(dms, "A-1") is None
 
 
+SECRET_FILE = b"Vertraulich: Gehaltsliste des Vorstands."
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["%2e%2e/secret.txt", "..%2fsecret.txt", "%2E%2E%2Fsecret.txt", ".%2e/secret.txt", "%252e%252e/secret.txt",
+     "..%5csecret.txt", "a/%2e%2e/%2e%2e/secret.txt"],
+)  # fmt: skip
+def test_an_encoded_traversal_never_reaches_past_the_content_base(dms, server, path) -> None:
+    server.outside["/secret.txt"] = SECRET_FILE
+    row = submit(dms, upserted("A-1", content={"url": path, "sha256": sha256(SECRET_FILE)}))
+    assert row.status == EventStatus.PARKED and "outside" in row.error
+    assert version_of(dms, "A-1") is None
+    assert server.requests == [], "refused before any request"
+
+
 # ------------------------------------------------------- relations, decisions
 
 

@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 from sqlalchemy import select
@@ -158,17 +158,35 @@ def fetch_content(event: DocumentUpserted, source: DmsSourceSettings | None, dms
     return data
 
 
+# Percent-decoding rounds before a path counts as stable: "%252e" is two rounds from ".".
+MAX_DECODING_ROUNDS = 5
+
+
 def content_url(url: str, source: DmsSourceSettings | None) -> str:
-    """The URL joined to the source's content base; anything outside the base is refused (no SSRF)."""
+    """The URL joined to the source's content base; anything outside the base is refused (no SSRF).
+
+    The path is judged as a server that decodes before resolving would see it: percent-decoded
+    until stable ("%2e%2e/", "..%2f", "%252e%252e/"), backslashes read as slashes; then no ".."
+    segment may remain and it must lie under the base's path, on the base's scheme and host."""
     base = source.content_base_url if source is not None else None
     if not base:
         raise ContentRejected("content by url needs dms.sources.<name>.content_base_url")
     resolved = urljoin(base if base.endswith("/") else base + "/", url)
     want, got = urlsplit(base), urlsplit(resolved)
-    inside = (got.scheme, got.netloc) == (want.scheme, want.netloc) and got.path.startswith(want.path.rstrip("/") + "/")
-    if not inside or ".." in got.path.split("/"):
+    path = _decoded_path(got.path, url).replace("\\", "/")
+    inside = (got.scheme, got.netloc) == (want.scheme, want.netloc) and path.startswith(want.path.rstrip("/") + "/")
+    if not inside or ".." in path.split("/") or any(ord(ch) < 32 for ch in path):
         raise ContentRejected(f"content url {url!r} is outside {base}")
     return resolved
+
+
+def _decoded_path(path: str, url: str) -> str:
+    for _ in range(MAX_DECODING_ROUNDS):
+        decoded = unquote(path)
+        if decoded == path:
+            return decoded
+        path = decoded
+    raise ContentRejected(f"content url {url!r} is percent-encoded more than {MAX_DECODING_ROUNDS} times")
 
 
 def _download(url: str, headers: dict[str, str], dms: DmsSettings) -> bytes:
