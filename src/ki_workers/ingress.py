@@ -20,6 +20,7 @@ import json
 import logging
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from ki_workers.event_inbox import AcceptOutcome, Accepted, UnknownSource, accep
 from ki_workers.sources.dms_events import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
+    DmsEvent,
     EventSchemaError,
     SignatureError,
     event_json_schema,
@@ -158,6 +160,18 @@ def create_ingress_router(state: IngressState) -> APIRouter:
     return router
 
 
+def refuse_future_event(event: DmsEvent, tolerance_seconds: int) -> None:
+    """An event may not claim to happen later than the signature window allows: one dated
+    9999-12-31 would make every later change of its subject look superseded (its watermark)."""
+    latest = datetime.now(UTC) + timedelta(seconds=tolerance_seconds)
+    if event.occurred_at > latest:
+        raise EventSchemaError([(
+            "occurred_at",
+            f"lies in the future ({event.occurred_at.isoformat()}, more than dms.signature_tolerance_seconds = "
+            f"{tolerance_seconds} s after this server's clock); send the time the change happened",
+        )])  # fmt: skip
+
+
 async def _receive(state: IngressState, source: str, request: Request) -> Response:
     settings = state.settings
     configured = settings.dms.sources.get(source)
@@ -170,6 +184,7 @@ async def _receive(state: IngressState, source: str, request: Request) -> Respon
         tolerance_seconds=settings.dms.signature_tolerance_seconds,
     )
     event = parse_event(decode_json(body))
+    refuse_future_event(event, settings.dms.signature_tolerance_seconds)
     accepted = await run_in_threadpool(store_event, state, source, event)
     if accepted.outcome is AcceptOutcome.DUPLICATE:
         return JSONResponse(

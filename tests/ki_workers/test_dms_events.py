@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from ki_core.config import get_settings
 from ki_core.grants import GrantTarget, grant, list_grants
@@ -29,6 +30,7 @@ from ki_core.models import (
     RelationKind,
     SourceObject,
     SourceObservation,
+    SourceWatermark,
     VersionStatus,
 )
 from ki_core.search.types import ScopeFilter
@@ -36,7 +38,16 @@ from ki_query.scope import AccessService
 from ki_workers import tasks
 from ki_workers.event_inbox import AcceptOutcome, reopen_event, submit_event
 from ki_workers.sources.dms_events import EVENT_TYPES, EventSchemaError, event_json_schema, parse_event
-from tests.ki_workers.dms_support import SECRET, SOURCE, TEXT, acl_changed, content_server, envelope, sha256, upserted
+from tests.ki_workers.dms_support import (
+    SECRET,
+    SOURCE,
+    TEXT,
+    acl_changed,
+    content_server,
+    envelope,
+    sha256,
+    upserted,
+)
 
 DOCS = Path(__file__).parents[2] / "docs" / "dms-events.md"
 
@@ -320,6 +331,18 @@ def test_content_that_cannot_be_right_parks_the_event_with_the_reason(dms, serve
     assert row.status == EventStatus.PARKED
     assert reason in row.error
     assert version_of(dms, "A-1") is None
+
+
+def test_a_watermark_left_far_in_the_future_blocks_no_later_change(dms) -> None:
+    """An event dated 9999-12-31, accepted before the ingress refused such dates, left its
+    watermark: a real revocation afterwards must still apply."""
+    submit(dms, upserted("A-1", acl=[{"principal": "alice"}, {"principal": "bob"}], minutes=0))
+    with dms.sessions() as session, session.begin():
+        session.execute(update(SourceWatermark).values(occurred_at=datetime(9999, 12, 31, tzinfo=UTC)))
+    revoked = submit(dms, acl_changed("A-1", [{"principal": "alice"}], minutes=10))
+    assert revoked.status == EventStatus.DONE and not (revoked.error or "").startswith("superseded")
+    access = AccessService(dms.sessions, dms.settings)
+    assert not sees(access, "bob", version_of(dms, "A-1")) and sees(access, "alice", version_of(dms, "A-1"))
 
 
 SECRET_FILE = b"Vertraulich: Gehaltsliste des Vorstands."

@@ -186,6 +186,15 @@ def test_a_schema_violation_is_400_naming_the_field(client, committed_pg_url) ->
     assert rows(committed_pg_url, data["event_id"]) == []
 
 
+def test_an_event_dated_past_the_signature_window_is_400_naming_occurred_at(client, committed_pg_url) -> None:
+    data = {**acl_changed("A-1", []), "occurred_at": "9999-12-31T00:00:00+00:00"}
+    response = post(client, data)
+    assert response.status_code == 400
+    assert [e["path"] for e in response.json()["errors"]] == ["occurred_at"]
+    assert "dms.signature_tolerance_seconds" in response.json()["errors"][0]["message"]
+    assert rows(committed_pg_url, data["event_id"]) == []
+
+
 def test_a_database_that_cannot_take_the_event_is_503(configure) -> None:
     with TestClient(create_ingress_app(configure(KI_DATABASE__URL=CLOSED_PORT_DB))) as down:
         response = post(down, acl_changed("A-1", []))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
@@ -119,7 +119,7 @@ def advance_watermark(session: Session, source_id: str, subject: str, event: Dms
         session.add(SourceWatermark(source_id=source_id, subject=subject, occurred_at=event.occurred_at, event_id=event.event_id))
         session.flush()
         return True
-    if _aware(row.occurred_at) > event.occurred_at:
+    if _trusted(_aware(row.occurred_at)) > event.occurred_at:
         return False
     row.occurred_at, row.event_id = event.occurred_at, event.event_id
     return True
@@ -130,7 +130,17 @@ def applied_after(session: Session, source_id: str, subject: str, moment: dateti
     seen = session.scalar(
         select(SourceWatermark.occurred_at).where(SourceWatermark.source_id == source_id, SourceWatermark.subject == subject)
     )
-    return seen is not None and _aware(seen) > moment
+    return seen is not None and _trusted(_aware(seen)) > moment
+
+
+# The ingress refuses events dated past its signature window (minutes); a watermark further ahead
+# of the clock than this was left by such an event before that check and blocks nothing.
+MAX_WATERMARK_LEAD = timedelta(hours=1)
+
+
+def _trusted(watermark: datetime) -> datetime:
+    """The watermark, or the distant past if it lies impossibly far in the future."""
+    return watermark if watermark <= datetime.now(UTC) + MAX_WATERMARK_LEAD else datetime.min.replace(tzinfo=UTC)
 
 
 def _aware(moment: datetime) -> datetime:
