@@ -7,6 +7,7 @@ from functools import wraps
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from ki_core.config import ConfigError
@@ -55,7 +56,19 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (DocumentNotFound, EXIT_FAILED),
     (Unauthenticated, EXIT_FAILED),
     (Forbidden, EXIT_FAILED),
+    # A request model refusing a value the user typed (a blank query, a NUL).
+    (ValidationError, EXIT_FAILED),
 ]
+
+
+def one_line(exc: BaseException) -> str:
+    """A request model's ValidationError as `field: problem` (pydantic's text spans several lines)."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'input'}: {error['msg'].removeprefix('Value error, ')}"
+            for error in exc.errors(include_url=False)
+        )
+    return str(exc)
 
 
 def exit_code_for(exc: BaseException) -> int | None:
@@ -76,7 +89,7 @@ def cli_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             code = exit_code_for(exc)
             if code is None:
                 raise
-            _stderr.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            _stderr.print(f"[bold red]error:[/] {one_line(exc)}", highlight=False, markup=True)
             raise typer.Exit(code) from None
 
     return wrapper

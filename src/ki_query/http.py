@@ -31,6 +31,7 @@ from ki_query.types import (
     InvalidDecision,
     InvalidFilters,
     NewDecision,
+    QueryText,
     RelatedDocument,
     SearchRequest,
     SearchResponse,
@@ -65,7 +66,7 @@ class FilterSearchRequest(BaseModel):
 class DecisionSearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1)
+    query: QueryText
     limit: int = Field(default=10, gt=0, le=100)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ki_core.models import ChunkKind, RelationKind, VersionStatus
 from ki_core.search.types import MAX_RANKED_WINDOW, SearchFilters
@@ -128,10 +128,27 @@ def parse_filters(raw: Mapping[str, Any] | None) -> SearchFilters:
 # ------------------------------------------------------------------ search
 
 
+def _query_text(value: str) -> str:
+    """A query is text a person typed: not blank (a listing without words is search_filter), no
+    NUL and no lone surrogate (JSON's "\\ud800"), which no embedder or database can take."""
+    if not value.strip():
+        raise ValueError("must not be blank; a listing without query words is /v1/search/filter (ki list)")
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains a lone surrogate (not valid Unicode text)") from None
+    return value
+
+
+QueryText = Annotated[str, AfterValidator(_query_text)]
+
+
 class SearchRequest(_Model):
     """A semantic query. The window (offset + limit) is checked by the service, which raises WindowTooDeep."""
 
-    query: str
+    query: QueryText
     filters: SearchFilters = SearchFilters()
     offset: int = Field(default=0, ge=0)
     limit: int = Field(default=DEFAULT_LIMIT, gt=0)

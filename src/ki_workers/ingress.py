@@ -216,6 +216,8 @@ def decode_json(body: bytes) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EventSchemaError([("(body)", f"not valid JSON: {exc}")]) from None
+    except RecursionError:
+        raise EventSchemaError([("(body)", "JSON nested too deep")]) from None
 
 
 def store_event(state: IngressState, source_name: str, event) -> Accepted:

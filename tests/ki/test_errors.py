@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from ki.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_UNAVAILABLE, exit_code_for
+from ki.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_UNAVAILABLE, exit_code_for, one_line
 from ki_core.config import ConfigError
 from ki_core.search.types import IndexDimensionMismatch, SearchBackendError
-from ki_query.types import DocumentNotFound, WindowTooDeep
+from ki_query.types import DocumentNotFound, SearchRequest, WindowTooDeep
 
 
 @pytest.mark.parametrize(
@@ -36,3 +37,10 @@ def test_search_without_an_index_says_so_in_one_line(tmp_path) -> None:
     result = CliRunner().invoke(app, ["search", "Haftung", "--as", "anna"], env={"KI_EMBEDDING__PROVIDER": "hashing"})
     assert result.exit_code == EXIT_UNAVAILABLE
     assert "Traceback" not in result.output
+
+
+def test_a_request_value_the_user_typed_is_one_line_naming_the_field() -> None:
+    with pytest.raises(ValidationError) as refused:
+        SearchRequest(query="   ")
+    assert exit_code_for(refused.value) == EXIT_FAILED
+    assert one_line(refused.value) == "query: must not be blank; a listing without query words is /v1/search/filter (ki list)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -94,6 +95,21 @@ def test_a_window_above_500_is_400(client: TestClient) -> None:
     response = _search(client, {"X-API-Key": ANNA_KEY}, offset=450, limit=60)
     assert response.status_code == 400
     assert "500" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(("query", "problem"), [
+    ("a\ud800b", "lone surrogate"), ("a\u0000b", "NUL"), ("", "blank"), ("   ", "blank"),
+])  # fmt: skip
+def test_a_query_no_embedder_can_take_is_400_naming_it(client: TestClient, query: str, problem: str) -> None:
+    """One answer on every embedder (the hashing one answered an empty query 503, e5 200)."""
+    response = client.post("/v1/search", content=json.dumps({"query": query}).encode(),
+                           headers={"X-API-Key": ANNA_KEY, "Content-Type": "application/json"})  # fmt: skip
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert error["field"] == "query" and problem in error["problem"]
+    decisions = client.post("/v1/decisions/search", content=json.dumps({"query": query}).encode(),
+                            headers={"X-API-Key": ANNA_KEY, "Content-Type": "application/json"})  # fmt: skip
+    assert decisions.status_code == 400
 
 
 def test_invalid_filters_are_400_naming_the_field(client: TestClient) -> None:

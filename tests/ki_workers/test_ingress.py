@@ -195,6 +195,32 @@ def test_an_event_dated_past_the_signature_window_is_400_naming_occurred_at(clie
     assert rows(committed_pg_url, data["event_id"]) == []
 
 
+def test_a_timestamp_header_with_a_unicode_space_or_digit_is_401_not_500(client) -> None:
+    body = json.dumps(acl_changed("A-1", [])).encode()
+    for stamp in (f"\u00a0{int(time.time())}", "١٧٠٠٠٠٠٠٠٠"):  # a no-break space; Arabic-Indic digits
+        headers = {TIMESTAMP_HEADER: stamp, SIGNATURE_HEADER: "v1=00"}
+        response = client.post(
+            f"/webhooks/{SOURCE}", content=body,
+            headers={"Content-Type": "application/json", **{k: v.encode("utf-8") for k, v in headers.items()}},
+        )  # fmt: skip
+        assert response.status_code == 401 and "ASCII digits" in response.json()["detail"]
+
+
+def test_json_nested_too_deep_is_400(client) -> None:
+    response = post(client, b"[" * 1_900 + b"]" * 1_900)  # under the 4,000-byte body limit of these tests
+    assert response.status_code == 400 and "nested too deep" in response.json()["errors"][0]["message"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("event_id", r"ev\u0000il"), ("object_id", r"A\u0000-1"),
+                                              ("event_id", r"\ud800x")])  # fmt: skip
+def test_a_nul_or_a_lone_surrogate_is_400_naming_the_field(client, committed_pg_url, field, value) -> None:
+    data = acl_changed("A-1", [])
+    body = json.dumps(data).replace(json.dumps(data[field]), f'"{value}"', 1).encode()
+    response = post(client, body)
+    assert response.status_code == 400
+    assert [e["path"] for e in response.json()["errors"]] == [field]
+
+
 def test_a_database_that_cannot_take_the_event_is_503(configure) -> None:
     with TestClient(create_ingress_app(configure(KI_DATABASE__URL=CLOSED_PORT_DB))) as down:
         response = post(down, acl_changed("A-1", []))

@@ -216,10 +216,43 @@ class EventSchemaError(ValueError):
 
 def parse_event(data: Any) -> DmsEvent:
     """A typed event from decoded JSON, or EventSchemaError naming each bad field."""
+    unstorable = unstorable_strings(data)
+    if unstorable:
+        raise EventSchemaError(unstorable)
     try:
         return EVENT_ADAPTER.validate_python(data)
     except ValidationError as exc:
         raise EventSchemaError(schema_problems(exc, data)) from None
+
+
+def unstorable_strings(data: Any) -> list[tuple[str, str]]:
+    """Strings no database column can hold: a NUL character or a lone surrogate (JSON's "\\ud800").
+    Refused up front with their path, instead of a database error after the 202. Walked with a
+    stack, not recursion: any depth json.loads accepted is fine here."""
+    problems: list[tuple[str, str]] = []
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                problems.append((path or "(body)", "contains a NUL character"))
+            elif not _encodable(value):
+                problems.append((path or "(body)", "contains a lone surrogate (not valid Unicode text)"))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                stack.append((path, key))
+                stack.append((f"{path}.{key}" if path else str(key), item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}.{n}" if path else str(n), item) for n, item in enumerate(value))
+    return sorted(problems)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def schema_problems(exc: ValidationError, data: Any) -> list[tuple[str, str]]:
@@ -285,10 +318,11 @@ def verify_signature(
     """Raise SignatureError unless `signature` is an HMAC of `timestamp.body` under one of `secrets`."""
     if not timestamp or not signature:
         raise SignatureError(f"missing {TIMESTAMP_HEADER} or {SIGNATURE_HEADER} header")
-    try:
-        sent_at = int(timestamp)
-    except ValueError:
-        raise SignatureError(f"{TIMESTAMP_HEADER} must be integer Unix seconds") from None
+    # ASCII digits only: int() also takes other Unicode digits and spaces (a leading no-break
+    # space), which the ASCII-encoded signed message could not carry.
+    if not (timestamp.isascii() and timestamp.isdigit()) or not signature.isascii():
+        raise SignatureError(f"{TIMESTAMP_HEADER} must be integer Unix seconds in ASCII digits, {SIGNATURE_HEADER} ASCII")
+    sent_at = int(timestamp)
     if abs((time.time() if now is None else now) - sent_at) > tolerance_seconds:
         raise SignatureError(f"{TIMESTAMP_HEADER} is outside the {tolerance_seconds} s window")
     offered = [part.strip() for part in signature.split(",")]
