@@ -103,7 +103,10 @@ def two_node_cluster() -> Iterator[TwoNodeCluster]:
 
 def place_shards(client, index: str, on_first: set[int], first: str, second: str) -> None:
     """Shards in on_first on the first node, the others on the second; then wait for green."""
-    client.cluster.health(index=index, wait_for_status="green", timeout="60s")  # a move needs started shards
+    # A move needs started shards. (Polled: opensearch-py takes a `timeout` param as its own.)
+    deadline = time.monotonic() + 60
+    while client.cluster.health(index=index)["status"] != "green" and time.monotonic() < deadline:
+        time.sleep(0.5)
     for row in client.cat.shards(index=index, format="json"):
         shard, node = int(row["shard"]), row["node"]
         target = first if shard in on_first else second
