@@ -168,9 +168,9 @@ class CorpusRetriever:
         result = self.index.multi_search(request)
         # Legs in their declared order (not the set's hash order): equal scores keep a stable order.
         ordered = [leg for leg in Leg if leg in legs]
+        columns = {leg: result.hits(leg) for leg in ordered}
         rankings = LegRankings({
-            leg: list(zip(result.hits(leg).chunk_ids.tolist(), result.hits(leg).scores.tolist(), strict=True))
-            for leg in ordered
+            leg: list(zip(hits.chunk_ids.tolist(), hits.scores.tolist(), strict=True)) for leg, hits in columns.items()
         })  # fmt: skip
         if Leg.LEXICAL in legs:
             sections = self.index.multi_search(

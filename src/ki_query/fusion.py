@@ -149,21 +149,6 @@ def matched_identifiers(identifiers: Iterable[str], query: str) -> tuple[str, ..
     return tuple(i for i in identifiers if i.strip() and i.casefold() in folded)
 
 
-def mark_identifier_matches(candidates: Iterable[Candidate], query: str) -> None:
-    """Only candidates the identifier leg returned report matched identifiers."""
-    for candidate in candidates:
-        if str(Leg.IDENTIFIER) in candidate.legs:
-            candidate.matched_identifiers = matched_identifiers(candidate.identifiers, query)
-
-
-def apply_boost(candidates: list[Candidate], boosts: Mapping[str, float]) -> list[Candidate]:
-    """score = fused * boost[version_status] (an unlisted status: 1.0), re-sorted best first."""
-    for candidate in candidates:
-        candidate.boost = boosts.get(candidate.version_status, 1.0)
-        candidate.score = candidate.fused * candidate.boost
-    return sorted(candidates, key=fused_order)
-
-
 def prefix_covering(candidates: Sequence[Candidate], documents: int, start: int = 0) -> int:
     """End of the shortest prefix (at least `start` long) of best-first candidates naming `documents`
     distinct documents, extended over candidates tied with its last score.

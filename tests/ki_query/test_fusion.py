@@ -10,10 +10,9 @@ from ki_core.search.types import Leg, LegHit
 from ki_query.fusion import (
     RERANK_PREFIX,
     Candidate,
-    apply_boost,
     collapse,
+    fuse,
     fused_order,
-    mark_identifier_matches,
     matched_identifiers,
     prefix_covering,
     rerank_prefix,
@@ -92,9 +91,9 @@ def test_matched_identifiers_are_the_indexed_ones_found_casefolded_in_the_query(
 
 def test_only_identifier_leg_candidates_report_matches_and_the_score_does_not_change() -> None:
     tagged = ("VIII ZR 182/06",)
-    fused = rrf({Leg.LEXICAL: [hit(1, identifiers=tagged)], Leg.IDENTIFIER: [hit(2, identifiers=tagged)]}, WEIGHTS, 60)
-    before = {c.chunk_id: c.fused for c in fused}
-    mark_identifier_matches(fused, "Urteil VIII ZR 182/06")
+    legs = {Leg.LEXICAL: [hit(1, identifiers=tagged)], Leg.IDENTIFIER: [hit(2, identifiers=tagged)]}
+    before = {c.chunk_id: c.fused for c in rrf(legs, WEIGHTS, 60)}
+    fused = list(fuse(legs, WEIGHTS, 60, query="Urteil VIII ZR 182/06"))
     assert {c.chunk_id: c.matched_identifiers for c in fused} == {1: (), 2: tagged}
     assert {c.chunk_id: c.fused for c in fused} == before
 
@@ -104,7 +103,7 @@ def test_only_identifier_leg_candidates_report_matches_and_the_score_does_not_ch
 
 def test_the_status_boost_multiplies_and_an_unlisted_status_counts_one() -> None:
     legs = {Leg.SEMANTIC: [hit(1, status="draft"), hit(2, status="executed"), hit(3, status="archived")]}
-    boosted = apply_boost(rrf(legs, WEIGHTS, 60), BOOSTS)
+    boosted = list(fuse(legs, WEIGHTS, 60, BOOSTS))
     by_id = {c.chunk_id: c for c in boosted}
     assert by_id[1].score == pytest.approx(0.7 / 60) and by_id[1].boost == 0.7
     assert by_id[2].score == pytest.approx(1.2 / 61)
