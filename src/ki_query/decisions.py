@@ -1,8 +1,9 @@
 """Decision records: why something changed, searchable only where ALL their evidence is visible.
 
-Records are scored by token overlap between the query and their locus, change
-summary and rationale (casefolded words, German stopwords dropped): the share
-of the query's terms a record contains. They are not a fused leg of search.
+Records are scored by the share of the query's terms (casefolded words, German
+stopwords dropped) that their locus, change summary and rationale hold, as the
+database's text index matches them (decision_text_index), then by the newest
+decision. Ranked and limited in SQL; they are not a fused leg of search.
 A record is returned only when every evidence entry is visible to the caller
 (spec/access.md, Scope: it may summarize any of them); a record without
 evidence is never returned (fail closed).
@@ -11,16 +12,16 @@ evidence is never returned (fail closed).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Collection
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, case, or_, select
 from sqlalchemy.orm import Session
 
 from ki_core.acl import Viewer, in_set
 from ki_core.models import (
     DecisionEvidence,
     DecisionRecord,
+    Document,
     DocumentVersion,
     Matter,
     ObservationState,
@@ -28,7 +29,9 @@ from ki_core.models import (
     SourceObject,
     SourceObservation,
 )
-from ki_query.text_match import overlap, query_terms
+from ki_core.search.types import ScopeFilter
+from ki_query.decision_text_index import any_term_matches, term_matches
+from ki_query.text_match import query_terms
 from ki_query.types import (
     DecisionEvidenceRef,
     DecisionHit,
@@ -39,50 +42,83 @@ from ki_query.verification import version_facts
 
 # Records verified per batch while filling a page: most candidates are visible to their readers.
 VERIFY_BATCH_FACTOR = 4
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def search_decisions(session: Session, viewer: Viewer, query: str, limit: int) -> list[DecisionHit]:
-    """The best `limit` visible records sharing terms with the query, best first."""
-    terms = query_terms(query)
-    if not terms or limit <= 0 or viewer.sees_nothing:
+def search_decisions(
+    session: Session, viewer: Viewer, query: str, limit: int, scope: ScopeFilter | None = None
+) -> list[DecisionHit]:
+    """The best `limit` visible records sharing terms with the query, best first.
+
+    Candidates come ranked and limited from the database's text index a batch at
+    a time; evidence is checked per batch, and the next batch is read until the
+    page is full, so a record the caller may see is never hidden by the limit.
+    `scope`, the caller's compiled access scope, lets SQL pass over records with
+    a version outside it before ranking (they could never be shown); the
+    evidence check stays the judge of what is returned.
+    """
+    terms = tuple(sorted(query_terms(query)))
+    if not terms or limit <= 0 or viewer.sees_nothing or (scope is not None and scope.match_none):
         return []
-    ranked = _ranked_records(session, terms)
+    batch = max(VERIFY_BATCH_FACTOR * limit, 20)
     hits: list[DecisionHit] = []
-    for batch in _batches(ranked, max(VERIFY_BATCH_FACTOR * limit, 20)):
-        evidence = visible_evidence(session, viewer, [record.id for record, *_ in batch])
-        for record, score, matched in batch:
-            if record.id in evidence:
-                hits.append(_hit(record, score, matched, evidence[record.id]))
+    seen: set[str] = set()
+    offset = 0
+    while True:
+        ranked = _ranked_records(session, terms, scope, offset, batch)
+        evidence = visible_evidence(session, viewer, [record.id for record, _ in ranked])
+        for record, matched in ranked:
+            if record.id in evidence and record.id not in seen:
+                seen.add(record.id)
+                hits.append(_hit(record, len(matched) / len(terms), matched, evidence[record.id]))
                 if len(hits) == limit:
                     return hits
-    return hits
+        if len(ranked) < batch:
+            return hits
+        offset += batch
 
 
-def _ranked_records(session: Session, terms: frozenset[str]) -> list[tuple[DecisionRecord, float, tuple[str, ...]]]:
-    """Every record with a shared term, by share of query terms, then newest decision, then id.
+def _ranked_records(
+    session: Session, terms: tuple[str, ...], scope: ScopeFilter | None, offset: int, size: int
+) -> list[tuple[DecisionRecord, tuple[str, ...]]]:
+    """One slice of the records holding a query term, by share of terms, then newest decision, then id.
 
-    Read and scored here rather than by LIKE in SQL: SQLite's lower() folds ASCII only, so
-    "Kündigung" would not find "KÜNDIGUNG" there, and both databases must agree.
+    Each term is matched by the database's own text index (decision_text_index):
+    the `german` configuration on PostgreSQL, FTS5's unicode61 tokenizer on SQLite.
     """
-    scored = []
-    for record in session.scalars(select(DecisionRecord).execution_options(yield_per=500)):
-        matched = overlap(terms, f"{record.locus}\n{record.change_summary}\n{record.rationale}")
-        if matched:
-            scored.append((record, len(matched) / len(terms), tuple(sorted(matched))))
-    scored.sort(key=lambda item: (-item[1], -_timestamp(item[0].decided_at), item[0].id))
-    return scored
+    flags = [case((matches, 1), else_=0) for matches in term_matches(session, terms)]
+    shared = sum(flags[1:], flags[0])
+    stmt = (
+        select(DecisionRecord, *flags)
+        .where(any_term_matches(session, terms))
+        .order_by(shared.desc(), DecisionRecord.decided_at.desc().nulls_last(), DecisionRecord.id)
+        .offset(offset)
+        .limit(size)
+    )
+    if scope is not None:
+        stmt = stmt.where(~_evidence_outside(scope))
+    return [
+        (row[0], tuple(term for term, flag in zip(terms, row[1:], strict=True) if flag))
+        for row in session.execute(stmt)
+    ]
 
 
-def _timestamp(moment: datetime | None) -> float:
-    if moment is None:
-        return 0.0
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+def _evidence_outside(scope: ScopeFilter) -> ColumnElement[bool]:
+    """An evidence version of the record lies in a document the scope does not admit.
 
-
-def _batches(items: Sequence, size: int) -> Iterator[Sequence]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+    Evidence naming only a source object is left to the evidence check: which
+    version it shows is a question of observations, not of one join.
+    """
+    admitted = or_(
+        in_set(Document.id, scope.document_ids),
+        and_(in_set(Document.project_id, scope.project_ids), ~in_set(Document.id, scope.excluded_document_ids)),
+    )
+    return (
+        select(DecisionEvidence.id)
+        .join(DocumentVersion, DocumentVersion.id == DecisionEvidence.version_id)
+        .join(Document, Document.id == DocumentVersion.document_id)
+        .where(DecisionEvidence.decision_id == DecisionRecord.id, ~admitted)
+        .exists()
+    )
 
 
 def _hit(record: DecisionRecord, score: float, matched: tuple[str, ...], evidence) -> DecisionHit:

@@ -326,9 +326,11 @@ class RetrievalService:
     # ------------------------------------------------------------------ decisions
 
     def search_decisions(self, query: str, principals: Iterable[str], limit: int = DEFAULT_LIMIT) -> list[DecisionHit]:
+        principals = _as_list(principals)
+        scope = self.access.compile_scope(principals).filter
         with self._session() as session:
-            viewer = viewer_for(session, _as_list(principals), self.settings)
-            return decisions.search_decisions(session, viewer, query, limit)
+            viewer = viewer_for(session, principals, self.settings)
+            return decisions.search_decisions(session, viewer, query, limit, scope)
 
     def add_decision(self, decision: NewDecision, principals: Iterable[str] | None = None) -> DecisionHit:
         """Write a decision record and commit. With principals, the writer must see all its evidence."""

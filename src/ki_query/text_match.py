@@ -1,8 +1,8 @@
 """Query terms, token overlap and excerpts: the little text handling the query side does itself.
 
 Ranking is the index's business (BM25 with the german analyzer); this module
-only finds where a hit matched, for the excerpt of its citation, and counts
-shared words, which is how decision records are scored.
+only finds where a hit matched, for the excerpt of its citation, and picks
+the words of a decision query (the database's text index matches them).
 """
 
 from __future__ import annotations
@@ -50,11 +50,6 @@ def words(text: str) -> list[str]:
 def query_terms(text: str) -> frozenset[str]:
     """The words of a query that carry meaning: casefolded, stopwords and single letters dropped."""
     return frozenset(w for w in words(text) if w not in GERMAN_STOPWORDS and (len(w) > 1 or w.isdigit()))
-
-
-def overlap(terms: frozenset[str], text: str) -> frozenset[str]:
-    """The query terms that occur as words of the text."""
-    return terms & frozenset(words(text))
 
 
 def excerpt(text: str, query: str, max_chars: int = EXCERPT_CHARS) -> str:

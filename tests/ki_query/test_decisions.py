@@ -1,13 +1,16 @@
-"""Decision records: token-overlap search, returned only when ALL evidence is visible (SQLite and PostgreSQL)."""
+"""Decision records: term search in the database's text index, returned only when ALL evidence is visible (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
-from ki_core.models import DecisionRecord
+from ki_core.models import DecisionEvidence, DecisionRecord
+from ki_query.decisions import VERIFY_BATCH_FACTOR
 from ki_query.retrieval import RetrievalService
 from ki_query.types import DecisionEvidenceRef, InvalidDecision, NewDecision
 from tests.ki_query.sql_world import SqlWorld
@@ -126,3 +129,92 @@ def test_a_decision_needs_evidence_and_each_entry_names_something() -> None:
         NewDecision(project_id="p", evidence=(), **HAFTUNG)
     with pytest.raises(ValidationError):
         DecisionEvidenceRef()
+
+
+# ------------------------------------------------------------------ in the database's text index
+
+
+def bulk_records(world: SqlWorld, count: int, evidence_version: str | None, evidence_object: str | None = None,
+                 **text) -> list[str]:
+    """`count` records over one evidence entry, added straight to the session (as the DMS writer does)."""
+    rows = []
+    for n in range(count):
+        row = DecisionRecord(project_id=world.projects["p"].id,
+                             external_id=f"bulk-{evidence_version}-{evidence_object}-{n}", **(HAFTUNG | text))
+        row.evidence = [DecisionEvidence(
+            version_id=world.versions[evidence_version].id if evidence_version else None,
+            source_object_id=world.objects[evidence_object].id if evidence_object else None,
+        )]
+        rows.append(row)
+    world.session.add_all(rows)
+    world.session.flush()
+    return [row.id for row in rows]
+
+
+def test_a_search_reads_a_batch_of_records_not_every_record(world: SqlWorld, decisions) -> None:
+    bulk_records(world, 300, "contract/v1")
+    world.session.expunge_all()
+    loaded: list[str] = []
+
+    def count(target: DecisionRecord, _context) -> None:
+        loaded.append(target.id)
+
+    event.listen(DecisionRecord, "load", count)
+    try:
+        hits = world.service().search_decisions("Haftung Mandantin", ["anna"], 2)
+    finally:
+        event.remove(DecisionRecord, "load", count)
+    assert len(hits) == 2
+    assert 0 < len(loaded) <= max(VERIFY_BATCH_FACTOR * 2, 20)  # the old scan read all 307
+
+
+def test_records_the_caller_cannot_see_never_push_a_visible_one_off_the_page(world: SqlWorld, decisions) -> None:
+    """More hidden records rank above it than one batch holds: the search reads on until the page is full.
+
+    Half name a version outside the caller's scope (SQL passes over them), half only a DMS object
+    the caller cannot see (only the evidence check knows)."""
+    best = dict(rationale="Haftung Vertragsstrafe Mandantin Risiko")
+    bulk_records(world, 3 * 20 + 7, "secret/v1", **best)
+    bulk_records(world, 3 * 20 + 7, None, "dmsclosed/v1", **best)
+    hits = world.service().search_decisions("Haftung Vertragsstrafe Mandantin Risiko", ["anna"], 2)
+    assert {hit.id for hit in hits} == {decisions["seen"], decisions["dms_object"]}
+    assert all(hit.score < 1.0 for hit in hits)
+    admin = world.service().search_decisions("Haftung Vertragsstrafe Mandantin Risiko", ["role:admin"], 2)
+    assert [hit.score for hit in admin] == [1.0, 1.0]
+
+
+def test_equal_shares_rank_the_newest_decision_first_then_by_id(world: SqlWorld, decisions) -> None:
+    service = world.service()
+    old = record(service, world, "old", (None, "contract/v1"), rationale="Vertragsstrafe",
+                 decided_at=datetime(2020, 1, 1, tzinfo=UTC))
+    new = record(service, world, "new", (None, "contract/v1"), rationale="Vertragsstrafe",
+                 decided_at=datetime(2024, 1, 1, tzinfo=UTC))
+    undated = record(service, world, "undated", (None, "contract/v1"), rationale="Vertragsstrafe")
+    assert [hit.id for hit in service.search_decisions("Vertragsstrafe", ["anna"], 5)] == [new, old, undated]
+
+
+def test_a_changed_or_deleted_record_is_searched_as_it_now_is(world: SqlWorld, decisions) -> None:
+    session = world.session
+    row = session.get(DecisionRecord, decisions["seen"])
+    row.rationale = "Die Gewährleistung wurde neu geregelt"
+    session.flush()
+    assert [h.id for h in world.service().search_decisions("Gewährleistung", ["anna"], 5)] == [decisions["seen"]]
+    assert decisions["seen"] not in {h.id for h in world.service().search_decisions("Mandantin", ["anna"], 5)}
+    session.delete(row)
+    session.flush()
+    assert world.service().search_decisions("Gewährleistung", ["anna"], 5) == []
+
+
+def test_both_databases_fold_case_and_umlauts_and_only_postgresql_stems(world: SqlWorld, decisions) -> None:
+    """The documented difference: PostgreSQL's german configuration stems, SQLite's FTS5 does not."""
+    service = world.service()
+    assert [h.id for h in service.search_decisions("KUNDIGUNGSFRIST", ["anna"], 5)] == [decisions["through_object"]]
+    stemmed = [h.id for h in service.search_decisions("Kündigungsfristen", ["anna"], 5)]
+    postgresql = world.session.get_bind().dialect.name == "postgresql"
+    assert stemmed == ([decisions["through_object"]] if postgresql else [])
+
+
+def test_query_words_that_look_like_fts_operators_are_plain_words(world: SqlWorld, decisions) -> None:
+    service = world.service()
+    record(service, world, "operators", (None, "contract/v1"), rationale="near and not or NEAR")
+    assert [h.score for h in service.search_decisions('near "NOT" OR*', ["anna"], 5)] == [1.0]
