@@ -3,8 +3,9 @@
 An event is a row (`ingest_events`) before anyone is told it was accepted,
 and it is handed to the broker only after that commit; the sweep dispatches
 rows whose message was lost. Status: received -> queued -> processing ->
-done | failed (transient errors outlived the retries) | parked (permanent
-error, with the reason). The webhook, `ki events replay` and the sweep all
+done | failed (the retries ran out; `transient` when the error was one worth
+retrying, which the sweep redrives) | parked (permanent error, or the attempts
+ran out, with the reason). The webhook, `ki events replay` and the sweep all
 go through the functions here; the task `ki.process_event` calls `run_event`.
 """
 
@@ -16,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
@@ -162,7 +163,8 @@ def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events:
                 app.tasks[event_task_name(event_type)].apply_async(args=[row_id], retry=True, retry_policy=PUBLISH_RETRY)
         except Exception as exc:  # noqa: BLE001 - never lost: failed on the row, or left for the sweep
             if settings.broker.eager:
-                finish_event(sessions, row_id, EventStatus.FAILED, _describe(exc))
+                task = app.tasks[event_task_name(event_type)]
+                finish_event(sessions, row_id, EventStatus.FAILED, _describe(exc), transient=is_transient(task, exc))
                 log.warning("event %s failed (%s)", row_id, _describe(exc))
             else:
                 log.warning("event %s not dispatched (%s: %s); the sweep will retry", row_id, type(exc).__name__, exc)
@@ -237,7 +239,7 @@ def claim_event(sessions: sessionmaker[Session], row_id: str, max_attempts: int)
             return None
         row.attempts += 1
         if row.attempts > max_attempts:
-            _finish(row, EventStatus.FAILED, f"gave up after {max_attempts} attempts (last: {row.error or 'worker lost'})")
+            _finish(row, EventStatus.PARKED, gave_up_note(max_attempts, row.error))
             return None
         row.status = EventStatus.PROCESSING
         try:
@@ -250,17 +252,24 @@ def claim_event(sessions: sessionmaker[Session], row_id: str, max_attempts: int)
         return ClaimedEvent(row_id, source, event, row.attempts)
 
 
-def finish_event(sessions: sessionmaker[Session], row_id: str, status: EventStatus, note: str | None = None) -> None:
+def finish_event(
+    sessions: sessionmaker[Session], row_id: str, status: EventStatus, note: str | None = None, *, transient: bool = False
+) -> None:
     with sessions() as session, session.begin():
         row = session.get(IngestEvent, row_id, with_for_update=True)
         if row is not None and row.status not in FINISHED_STATUSES:
-            _finish(row, status, note)
+            _finish(row, status, note, transient)
 
 
-def _finish(row: IngestEvent, status: EventStatus, note: str | None) -> None:
+def _finish(row: IngestEvent, status: EventStatus, note: str | None, transient: bool = False) -> None:
     row.status = status
     row.error = note
+    row.transient = transient and status == EventStatus.FAILED
     row.finished_at = utcnow() if status in FINISHED_STATUSES else None
+
+
+def gave_up_note(max_attempts: int, last_error: str | None) -> str:
+    return f"gave up after {max_attempts} attempts (last: {last_error or 'worker lost'})"
 
 
 def note_retry(sessions: sessionmaker[Session], row_id: str, error: str) -> None:
@@ -300,17 +309,37 @@ def run_event(ctx: WorkerContext, row_id: str, hand_on: Callable[[Followups], No
 
 
 class EventTask(Task):
-    """Records retries and final failures of `ki.process_event` on the event row."""
+    """Records retries and final failures of `ki.process_event` on the event row.
+
+    Both hooks are best effort: they run when something already went wrong,
+    often because the database is away. A hook that raises would make Celery
+    record a handler error and fail the event while its retry is on the way;
+    a row the hook could not update stays open, and the sweep redrives it.
+    """
 
     def on_retry(self, exc, task_id, args, kwargs, einfo) -> None:
         from ki_workers.context import worker_context
 
-        note_retry(worker_context().sessions, args[0], _describe(exc))
+        try:
+            note_retry(worker_context().sessions, args[0], _describe(exc))
+        except Exception as hook_error:  # noqa: BLE001 - the retry is published; the row is noted later
+            log.warning("event %s: retry not noted (%s); the retry runs anyway", args[0], _describe(hook_error))
 
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
         from ki_workers.context import worker_context
 
-        finish_event(worker_context().sessions, args[0], EventStatus.FAILED, _describe(exc))
+        try:
+            finish_event(worker_context().sessions, args[0], EventStatus.FAILED, _describe(exc),
+                         transient=is_transient(self, exc))
+        except Exception as hook_error:  # noqa: BLE001 - left open: the sweep redrives it
+            log.warning("event %s: failure not recorded (%s); the sweep will redrive it", args[0], _describe(hook_error))
+
+
+def is_transient(task: Task, exc: BaseException) -> bool:
+    """The error is one the task retries (its `autoretry_for`): worth running again later."""
+    if isinstance(exc, Retry):
+        return True  # an eager task's transient error, raised as the retry Celery would schedule
+    return isinstance(exc, tuple(getattr(task, "autoretry_for", ()) or ()))
 
 
 def _describe(exc: BaseException) -> str:
@@ -322,18 +351,52 @@ def _describe(exc: BaseException) -> str:
 # -------------------------------------------------------------- operators
 
 
-def open_events_older_than(session: Session, age: timedelta, limit: int = 1000) -> list[tuple[str, EventStatus, str]]:
-    """(row id, status, type) of events accepted, not finished and untouched for `age`."""
-    cutoff = utcnow() - age
-    return [
-        (row_id, status, event_type)
-        for row_id, status, event_type in session.execute(
-            select(IngestEvent.id, IngestEvent.status, IngestEvent.event_type)
-            .where(IngestEvent.status.in_(OPEN_STATUSES), IngestEvent.updated_at < cutoff)
-            .order_by(IngestEvent.received_at)
-            .limit(limit)
+# A redispatched event that is still not done waits twice as long each time, up to this many doublings.
+MAX_BACKOFF_DOUBLINGS = 6
+
+
+@dataclass(frozen=True)
+class WaitingEvent:
+    row_id: str
+    status: EventStatus
+    event_type: str
+    attempts: int
+    error: str | None
+
+
+def redispatch_delay(base: timedelta, attempts: int) -> timedelta:
+    """How long an event that ran `attempts` times waits before the sweep sends it again."""
+    return base * 2 ** min(max(attempts - 1, 0), MAX_BACKOFF_DOUBLINGS)
+
+
+def events_due(session: Session, base: timedelta, limit: int = 1000) -> list[WaitingEvent]:
+    """Open events, and failed ones whose error was transient, untouched for their backoff delay.
+
+    The query takes everything older than `base` (the shortest delay); the
+    per-event delay, which grows with the attempts, is applied to those rows.
+    """
+    now = utcnow()
+    rows = session.execute(
+        select(IngestEvent.id, IngestEvent.status, IngestEvent.event_type, IngestEvent.attempts,
+               IngestEvent.error, IngestEvent.updated_at)
+        .where(
+            (IngestEvent.status.in_(OPEN_STATUSES))
+            | ((IngestEvent.status == EventStatus.FAILED) & IngestEvent.transient.is_(True)),
+            IngestEvent.updated_at < now - base,
         )
+        .order_by(IngestEvent.received_at)
+        .limit(limit)
+    )
+    return [
+        WaitingEvent(row_id, status, event_type, attempts, error)
+        for row_id, status, event_type, attempts, error, updated_at in rows
+        if _aware(updated_at) < now - redispatch_delay(base, attempts)
     ]
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands timestamps back without their zone; they were written in UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def lease_is_free(engine: Engine, row_id: str) -> bool:

@@ -1,8 +1,10 @@
 """Beat jobs: re-drive work that was accepted but did not finish, and reconcile the index with SQL.
 
 `run_sweep` (every `sweep.interval_seconds`): events accepted but not
-finished after `sweep.event_redispatch_after_seconds` are dispatched again (a
-lost broker message or a killed worker loses nothing); access projections
+finished after `sweep.event_redispatch_after_seconds` (doubled per run they
+had) are dispatched again, and so are events that failed on a transient error
+until their attempts run out (a lost broker message, a killed worker or a
+database restart loses nothing); access projections
 older than their version's access_version are re-sent; versions stuck before
 `indexed` go to their next stage; processed events past
 `sweep.processed_event_retention_days` are deleted (event_retention.py).
@@ -37,7 +39,7 @@ from ki_core.models.base import utcnow
 from ki_core.search.types import ScopeFilter, SearchFilters
 from ki_workers.context import WorkerContext
 from ki_workers.app import QUEUE_ACCESS, QUEUE_INDEX, QUEUE_INGEST
-from ki_workers.event_inbox import dispatch_events, lease_is_free, open_events_older_than
+from ki_workers.event_inbox import WaitingEvent, dispatch_events, events_due, gave_up_note, lease_is_free
 from ki_workers.event_retention import prunable_before, prune_processed_events
 from ki_workers.sources.dms_events import ACCESS_EVENT_TYPES
 from ki_workers.stages.access import stale_access_versions
@@ -112,18 +114,25 @@ def redrive_versions(ctx: WorkerContext, idle: set[str] | None = None) -> dict:
 
 
 def redispatch_events(ctx: WorkerContext, older_than: timedelta | None = None, idle: set[str] | None = None) -> int:
-    """Dispatch again the open events, untouched for `older_than`, whose message is lost; returns how many.
+    """Dispatch again the events whose message is lost or whose transient failure may have passed.
 
     Lost means: `received` (never handed to the broker), `processing` with a
-    free lease (its worker died), or `queued` while the ingest queue is empty
-    (nothing is waiting, so the message is gone). Their `updated_at` is touched,
-    so the next sweep waits a full delay again.
+    free lease (its worker died), or `queued` while its queue is empty (nothing
+    is waiting, so the message is gone). A `failed` event whose error was
+    transient (the database or broker went away while its retries ran) runs
+    again, and is parked with the reason once it has had
+    `sweep.max_event_attempts` runs. Each event waits `older_than` (default
+    `sweep.event_redispatch_after_seconds`), doubled for every run it already
+    had, so an event that keeps losing its worker is not copied every sweep.
+    Returns how many were dispatched.
     """
     age = older_than if older_than is not None else timedelta(seconds=ctx.settings.sweep.event_redispatch_after_seconds)
     idle = idle_queues(ctx) if idle is None else idle
     with ctx.sessions() as session:
-        candidates = open_events_older_than(session, age)
-    lost = {row_id: event_type for row_id, status, event_type in candidates if _message_lost(ctx, row_id, status, event_type, idle)}
+        candidates = events_due(session, age)
+    failed = [event for event in candidates if event.status == EventStatus.FAILED]
+    lost = {e.row_id: e.event_type for e in candidates if e.status != EventStatus.FAILED and _message_lost(ctx, e, idle)}
+    lost |= retry_failed_events(ctx, failed)
     if not lost:
         return 0
     with ctx.sessions() as session, session.begin():
@@ -131,12 +140,32 @@ def redispatch_events(ctx: WorkerContext, older_than: timedelta | None = None, i
     return dispatch_events(ctx.settings, ctx.sessions, lost)
 
 
-def _message_lost(ctx: WorkerContext, row_id: str, status: EventStatus, event_type: str, idle: set[str]) -> bool:
-    if status == EventStatus.RECEIVED:
+def retry_failed_events(ctx: WorkerContext, failed: list[WaitingEvent]) -> dict[str, str]:
+    """Reopen transient failures with attempts left ({row id: type}); park the others with the reason."""
+    limit = ctx.settings.sweep.max_event_attempts
+    reopened: dict[str, str] = {}
+    with ctx.sessions() as session, session.begin():
+        for event in failed:
+            row = session.get(IngestEvent, event.row_id, with_for_update=True)
+            if row is None or row.status != EventStatus.FAILED or not row.transient:
+                continue
+            if row.attempts >= limit:
+                row.status, row.transient, row.error = EventStatus.PARKED, False, gave_up_note(limit, row.error)
+                log.warning("sweep: event %s parked: %s", row.id, row.error)
+                continue
+            row.status, row.transient, row.finished_at = EventStatus.RECEIVED, False, None
+            reopened[row.id] = row.event_type
+    if reopened:
+        log.info("sweep: %d event(s) that failed on a transient error run again", len(reopened))
+    return reopened
+
+
+def _message_lost(ctx: WorkerContext, event: WaitingEvent, idle: set[str]) -> bool:
+    if event.status == EventStatus.RECEIVED:
         return True
-    if status == EventStatus.PROCESSING:
-        return lease_is_free(ctx.engine, row_id)
-    return event_queue(event_type) in idle
+    if event.status == EventStatus.PROCESSING:
+        return lease_is_free(ctx.engine, event.row_id)
+    return event_queue(event.event_type) in idle
 
 
 def event_queue(event_type: str) -> str:

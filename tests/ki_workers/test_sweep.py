@@ -10,6 +10,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
 
 from ki_core.config import get_settings, load_settings
 from ki_core.models import Chunk, DocumentVersion, EventStatus, IngestEvent
@@ -18,11 +19,13 @@ from ki_core.search.index import DeleteOp, IndexOp, UpdateAccessOp
 from ki_core.search.types import AccessProjection, IndexChunk
 from ki_workers import tasks
 from ki_workers.app import beat_schedule, celery_config
+from ki_workers.context import reset_worker_context
 from ki_workers.event_inbox import accept_event, dms_source
 from ki_workers.sources.dms_events import parse_event
 from ki_workers.sweep import idle_queues, reconcile_index, redispatch_events, run_sweep
 from tests.ki_workers.dms_support import SECRET, SOURCE, TEXT, acl_changed, envelope, upserted
-from tests.ki_workers.test_dms_events import submit, version_of
+from ki_query.scope import AccessService
+from tests.ki_workers.test_dms_events import sees, submit, version_of
 
 
 @pytest.fixture
@@ -81,13 +84,13 @@ def test_a_queue_with_waiting_messages_is_not_idle(dms, redis_url, redis_client,
     assert idle_queues(dms) == {"ki.ingest", "ki.access"}
 
 
-def test_an_event_that_keeps_losing_its_worker_is_failed_after_the_attempt_limit(dms) -> None:
+def test_an_event_that_keeps_losing_its_worker_is_parked_after_the_attempt_limit(dms) -> None:
     row_id = accepted_without_dispatch(dms, upserted("A-1"), status=EventStatus.PROCESSING)
     with dms.sessions() as session, session.begin():
         session.execute(update(IngestEvent).where(IngestEvent.id == row_id).values(attempts=dms.settings.sweep.max_event_attempts))
     assert tasks.process_event.delay(row_id).get() == "skipped"
     status, attempts, error = status_of(dms, row_id)
-    assert status == EventStatus.FAILED and error.startswith("gave up after 12 attempts")
+    assert status == EventStatus.PARKED and error.startswith("gave up after 12 attempts")
     assert version_of(dms, "A-1") is None
 
 
@@ -200,3 +203,83 @@ def _project_id(ctx, version: DocumentVersion) -> str:
 
     with ctx.sessions() as session:
         return session.get(Document, version.document_id).project_id
+
+
+# ------------------------------------------------------------ transient failures
+
+
+def failed(ctx, row_id: str, *, transient: bool, attempts: int = 1, age=timedelta(minutes=10)) -> None:
+    with ctx.sessions() as session, session.begin():
+        session.execute(update(IngestEvent).where(IngestEvent.id == row_id).values(
+            status=EventStatus.FAILED, transient=transient, attempts=attempts, error="OperationalError: server closed",
+            finished_at=utcnow(), updated_at=utcnow() - age))
+
+
+def test_an_event_that_failed_on_a_transient_error_is_applied_by_the_sweep(dms) -> None:
+    """A revocation that outlived its retries during a database restart is applied, not lost."""
+    assert submit(dms, upserted("A-1", acl=[{"principal": "bob"}])).status == EventStatus.DONE
+    access = AccessService(dms.sessions, dms.settings)
+    assert sees(access, "bob", version_of(dms, "A-1"))
+    revoked = accepted_without_dispatch(dms, acl_changed("A-1", [{"principal": "carol"}], minutes=3))
+    failed(dms, revoked, transient=True)
+    assert redispatch_events(dms) == 1
+    assert status_of(dms, revoked)[:2] == (EventStatus.DONE, 2)
+    assert not sees(access, "bob", version_of(dms, "A-1"))
+
+
+def test_a_failure_that_is_not_transient_stays_failed_for_an_operator(dms) -> None:
+    row_id = accepted_without_dispatch(dms, upserted("A-1"))
+    failed(dms, row_id, transient=False)
+    assert redispatch_events(dms) == 0
+    assert status_of(dms, row_id)[0] == EventStatus.FAILED
+
+
+def test_a_transient_failure_without_attempts_left_is_parked_with_the_reason(dms) -> None:
+    row_id = accepted_without_dispatch(dms, upserted("A-1"))
+    failed(dms, row_id, transient=True, attempts=dms.settings.sweep.max_event_attempts, age=timedelta(days=30))
+    assert redispatch_events(dms) == 0
+    status, _attempts, error = status_of(dms, row_id)
+    assert status == EventStatus.PARKED
+    assert error == "gave up after 12 attempts (last: OperationalError: server closed)"
+    assert version_of(dms, "A-1") is None
+
+
+def test_each_run_an_event_had_doubles_its_wait_before_the_next_redispatch(dms) -> None:
+    base = timedelta(seconds=dms.settings.sweep.event_redispatch_after_seconds)
+    waited = accepted_without_dispatch(dms, upserted("A-1"), status=EventStatus.PROCESSING, age=3 * base)
+    with dms.sessions() as session, session.begin():
+        session.execute(update(IngestEvent).where(IngestEvent.id == waited).values(attempts=3))
+    assert redispatch_events(dms) == 0, "three runs: it waits 4 times the delay"
+    with dms.sessions() as session, session.begin():
+        session.execute(update(IngestEvent).where(IngestEvent.id == waited).values(updated_at=utcnow() - 5 * base))
+    assert redispatch_events(dms) == 1
+    assert status_of(dms, waited)[0] == EventStatus.DONE
+
+
+def test_the_task_hooks_never_fail_an_event_when_the_database_is_away(dms, monkeypatch, tmp_path) -> None:
+    """on_retry and on_failure run when something already broke; if they cannot reach the database the
+    event stays open for the sweep instead of Celery failing it with a handler error."""
+    row_id = accepted_without_dispatch(dms, upserted("A-1"), status=EventStatus.PROCESSING)
+    monkeypatch.setenv("KI_DATABASE__URL", f"sqlite:///{tmp_path}")  # a directory: no database can be opened
+    get_settings.cache_clear()
+    reset_worker_context()
+    error = OperationalError("SELECT 1", {}, Exception("the server closed the connection"))
+    tasks.process_event.on_retry(error, "task-1", [row_id], {}, None)
+    tasks.process_event.on_failure(error, "task-1", [row_id], {}, None)
+    assert status_of(dms, row_id)[0] == EventStatus.PROCESSING
+    dms.close()  # no longer the process-wide context, so the fixture's reset would not close it
+
+
+def test_a_task_that_ran_out_of_retries_on_a_transient_error_is_marked_for_the_sweep(dms) -> None:
+    row_id = accepted_without_dispatch(dms, upserted("A-1"), status=EventStatus.PROCESSING)
+    error = OperationalError("SELECT 1", {}, Exception("the server closed the connection"))
+    tasks.process_event.on_failure(error, "task-1", [row_id], {}, None)
+    tasks.process_access_event.on_failure(RuntimeError("a bug"), "task-2", [row_id], {}, None)  # already finished
+    with dms.sessions() as session:
+        row = session.get(IngestEvent, row_id)
+        assert (row.status, row.transient) == (EventStatus.FAILED, True)
+    other = accepted_without_dispatch(dms, upserted("A-2"), status=EventStatus.PROCESSING)
+    tasks.process_event.on_failure(RuntimeError("a bug"), "task-3", [other], {}, None)
+    with dms.sessions() as session:
+        row = session.get(IngestEvent, other)
+        assert (row.status, row.transient, row.error) == (EventStatus.FAILED, False, "RuntimeError: a bug")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ki_core.models.base import Base, created_at_column, enum_column, id_column, utcnow
@@ -16,7 +16,7 @@ class EventStatus(enum.StrEnum):
     QUEUED = "queued"
     PROCESSING = "processing"
     DONE = "done"
-    FAILED = "failed"  # transient failures exhausted their retries; re-drivable
+    FAILED = "failed"  # the retries ran out: the sweep redrives it when transient, else an operator
     PARKED = "parked"  # permanent error (schema, unreadable content); kept for an operator
 
 
@@ -40,6 +40,9 @@ class IngestEvent(Base):
     status: Mapped[EventStatus] = enum_column(EventStatus, default=EventStatus.RECEIVED)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
+    # A failure the sweep retries (a database, broker or backend that went away) rather than one
+    # an operator must look at: failed + transient is redriven until sweep.max_event_attempts.
+    transient: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
