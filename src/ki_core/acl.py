@@ -146,24 +146,49 @@ def canonical_principals(raw: Iterable[str], settings: Settings) -> frozenset[st
     return frozenset(p for p in (canonical_principal(r, aliases) for r in raw) if p)
 
 
+def stored_names(canonical: Iterable[str], aliases: Mapping[str, str]) -> frozenset[str]:
+    """Every stored principal that denotes one of these canonical principals under today's aliases.
+
+    Grants and memberships keep the name the source or operator gave (normalized
+    only), so a change of `security.principal_aliases` applies to them at once,
+    both ways: a new alias joins the old grants of that name, a removed alias
+    stops matching. A name is its own only when it is not itself an alias.
+    """
+    wanted = set(canonical)
+    names = {name for name in wanted if name not in aliases}
+    names |= {alias for alias, target in aliases.items() if target in wanted}
+    return frozenset(names)
+
+
+def paths_by_stored_name(paths: Mapping[str, tuple[str, ...]], aliases: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """{stored name: path} for `expand_groups` paths: what explain needs to narrate a matched grant."""
+    return {name: path for principal, path in paths.items() for name in stored_names([principal], aliases)}
+
+
 def admin_principals(settings: Settings) -> frozenset[str]:
     return frozenset(p for p in map(normalize_principal, settings.security.admin_principals) if p)
 
 
-def expand_groups(session: Session, canonical: Iterable[str]) -> dict[str, tuple[str, ...]]:
-    """Every principal reached from the (already canonical) set, with one path that reached it.
+def expand_groups(
+    session: Session, canonical: Iterable[str], aliases: Mapping[str, str] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Every canonical principal reached from the (already canonical) set, with one path that reached it.
 
     Breadth-first, one set-based query per level of nesting; a group already in
-    the set is not followed again, so cycles terminate. The path is what
-    `explain` prints ("allowed via group Z").
+    the set is not followed again, so cycles terminate. Memberships are matched
+    by every stored name of the members and their groups are taken by canonical
+    name (`stored_names`). The path is what `explain` prints ("allowed via group Z").
     """
+    aliases = aliases or {}
     paths = {p: (p,) for p in sorted(set(canonical))}
     frontier = sorted(paths)
     while frontier:
         reached: list[str] = []
-        for member, group in _memberships_of(session, frontier):
+        members = {name: member for member in frontier for name in stored_names([member], aliases)}
+        for name, stored_group in _memberships_of(session, sorted(members)):
+            group = aliases.get(stored_group, stored_group)
             if group not in paths:
-                paths[group] = (*paths[member], group)
+                paths[group] = (*paths[members[name]], group)
                 reached.append(group)
         frontier = sorted(reached)
     return paths
@@ -172,11 +197,11 @@ def expand_groups(session: Session, canonical: Iterable[str]) -> dict[str, tuple
 def expand_principal_paths(
     session: Session, principals: Iterable[str], settings: Settings
 ) -> dict[str, tuple[str, ...]]:
-    return expand_groups(session, canonical_principals(principals, settings))
+    return expand_groups(session, canonical_principals(principals, settings), principal_aliases(settings))
 
 
 def expand_principals(session: Session, principals: Iterable[str], settings: Settings) -> frozenset[str]:
-    """E of spec/access.md: the caller's principals plus every group they reach."""
+    """E of spec/access.md: the caller's principals plus every group they reach (canonical names)."""
     return frozenset(expand_principal_paths(session, principals, settings))
 
 
@@ -191,7 +216,11 @@ def _memberships_of(session: Session, members: list[str]) -> list[tuple[str, str
 
 @dataclass(frozen=True)
 class Viewer:
-    """The expanded principal set E with the two switches the rules depend on."""
+    """The principals grants are matched against, with the two switches the rules depend on.
+
+    `principals` are stored names: every name that denotes a member of E under
+    today's aliases (`stored_names`), so the SQL predicate stays plain equality.
+    """
 
     principals: frozenset[str]
     is_admin: bool
@@ -208,8 +237,9 @@ def viewer_for(session: Session, principals: Iterable[str], settings: Settings) 
 
 
 def viewer_of(expanded: frozenset[str], settings: Settings) -> Viewer:
+    """The viewer of E (canonical names, groups expanded)."""
     return Viewer(
-        principals=expanded,
+        principals=stored_names(expanded, principal_aliases(settings)),
         is_admin=bool(expanded & admin_principals(settings)),
         acl_mode=settings.security.source_acl_mode,
     )
@@ -406,23 +436,51 @@ def visible_document_ids(session: Session, viewer: Viewer, project_id: str | Non
 
 
 def access_projection(
-    session: Session, version_ids: Iterable[str], *, acl_mode: AclMode = "sufficient"
+    session: Session, version_ids: Iterable[str], *, acl_mode: AclMode = "sufficient",
+    aliases: Mapping[str, str] | None = None,
 ) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     """{version_id: (allowed_principals, denied_principals)} for the index's inspection fields.
 
-    Allowed: each grant principal that, on its own, sees the version under the
-    same predicate. Denied: each principal with a deny on the version's
-    project, document or an actively observed source object. Admins are not
-    listed: they come from configuration, not from grants.
+    Allowed: each granted principal (canonical name) that, on its own, sees the
+    version under the same predicate. Denied: each principal with a deny on the
+    version's project, document or an actively observed source object. Admins
+    are not listed: they come from configuration, not from grants.
     """
     ids = sorted(set(version_ids))
+    aliases = aliases or {}
     allowed: dict[str, set[str]] = {vid: set() for vid in ids}
     denied: dict[str, set[str]] = {vid: set() for vid in ids}
+    aliased = set(aliases) | set(aliases.values())
     for vid, principal in session.execute(_allowed_principals_stmt(ids, acl_mode)):
-        allowed[vid].add(principal)
+        if principal not in aliased:  # one stored name per principal: the SQL answer is exact
+            allowed[vid].add(principal)
     for vid, principal in session.execute(_granted_principals_stmt(ids, GrantEffect.DENY)):
-        denied[vid].add(principal)
+        denied[vid].add(aliases.get(principal, principal))
+    if aliased:
+        for principal, vids in _aliased_viewers(session, ids, aliases, acl_mode).items():
+            for vid in vids:
+                allowed[vid].add(principal)
     return {vid: (tuple(sorted(allowed[vid])), tuple(sorted(denied[vid]))) for vid in ids}
+
+
+def _aliased_viewers(
+    session: Session, version_ids: list[str], aliases: Mapping[str, str], acl_mode: AclMode
+) -> dict[str, set[str]]:
+    """{canonical principal: versions it sees} for allow-granted principals known under several names.
+
+    Evaluated per principal with all its names, since the one-name SQL above
+    cannot join an allow under one name with a deny under another.
+    """
+    aliased = set(aliases) | set(aliases.values())
+    granted = {principal for _vid, principal in session.execute(_granted_principals_stmt(version_ids, GrantEffect.ALLOW))}
+    principals = {aliases.get(name, name) for name in granted & aliased}
+    return {
+        principal: visible_versions(
+            session, Viewer(principals=stored_names([principal], aliases), is_admin=False, acl_mode=acl_mode),
+            version_ids,
+        )
+        for principal in sorted(principals)
+    }
 
 
 def _granted_principals_stmt(version_ids: list[str], effect: GrantEffect):

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
-from ki_core.acl import canonical_principal, principal_aliases
+from ki_core.acl import canonical_principal, normalize_principal, principal_aliases, stored_names
 from ki_core.config import Settings, get_settings
 from ki_core.models import (
     AccessGeneration,
@@ -116,11 +116,23 @@ def bump_access_generation(session: Session) -> int:
 
 
 def stored_principal(raw: str, settings: Settings | None = None) -> str:
-    """The form a principal is stored in: normalized and alias-mapped; empty is refused."""
-    principal = canonical_principal(raw, principal_aliases(settings or get_settings()))
+    """The form a principal is stored in: normalized, as named; empty is refused.
+
+    Aliases are applied when grants are matched (ki_core.acl.stored_names), not
+    here, so a change of `security.principal_aliases` applies to stored grants
+    and memberships at once, in both directions.
+    """
+    principal = normalize_principal(raw)
     if not principal:
         raise InvalidPrincipal(f"principal {raw!r} is empty after trimming")
     return principal
+
+
+def names_of(raw: str, settings: Settings | None = None) -> frozenset[str]:
+    """Every stored name of the principal `raw` denotes under today's aliases (never empty)."""
+    stored_principal(raw, settings)
+    aliases = principal_aliases(settings or get_settings())
+    return stored_names([canonical_principal(raw, aliases)], aliases)
 
 
 # ------------------------------------------------------------ local grants
@@ -157,10 +169,10 @@ def revoke(
     effect: GrantEffect = GrantEffect.ALLOW,
     settings: Settings | None = None,
 ) -> int:
-    """Remove a project or document grant; returns how many rows went (0 or 1)."""
-    stored = stored_principal(principal, settings)
+    """Remove a project or document grant of the principal under any of its names; returns how many rows went."""
+    names = names_of(principal, settings)
     _require_target(session, target)
-    rows = list(session.scalars(_grant_query(target, stored, effect)))
+    rows = [row for name in sorted(names) for row in session.scalars(_grant_query(target, name, effect))]
     for row in rows:
         session.delete(row)
     if rows:
@@ -200,7 +212,7 @@ def list_grants(
     if project_id is not None:
         stmt = stmt.where(project_of_grant == project_id)
     if principal is not None:
-        stmt = stmt.where(Grant.principal == stored_principal(principal, settings))
+        stmt = stmt.where(Grant.principal.in_(sorted(names_of(principal, settings))))
     return [
         GrantRecord(
             id=row.id,
@@ -331,8 +343,7 @@ def replace_group_members(
     if session.get(Source, source_id) is None:
         raise UnknownTarget(f"no source with id {source_id!r}")
     stored_group = stored_principal(group, settings)
-    aliases = principal_aliases(settings or get_settings())
-    wanted = {m for m in (canonical_principal(raw, aliases) for raw in members) if m}
+    wanted = {m for m in map(normalize_principal, members) if m}
     current = {
         row.member_principal: row
         for row in session.scalars(

@@ -21,6 +21,7 @@ from ki_core.acl import (
     canonical_principals,
     expand_groups,
     in_set,
+    principal_aliases,
     viewer_of,
     visible_versions,
 )
@@ -117,7 +118,7 @@ def explain_document(
     if document is None:
         raise UnknownTarget(f"no document with id {document_id!r}")
     project = session.get(Project, document.project_id)
-    paths = expand_groups(session, canonical_principals([principal], settings))
+    paths = expand_groups(session, canonical_principals([principal], settings), principal_aliases(settings))
     viewer = viewer_of(frozenset(paths), settings)
     facts = _version_facts(session, document, paths)
     sql_visible = visible_versions(session, viewer, [f.version_id for f in facts])

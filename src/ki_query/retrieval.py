@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from ki_core.acl import Viewer, expand_principal_paths, viewer_for
+from ki_core.acl import Viewer, expand_principal_paths, paths_by_stored_name, principal_aliases, viewer_for
 from ki_core.config import Settings
 from ki_core.embedding import Embedder
 from ki_core.grants import current_access_generation
@@ -258,7 +258,8 @@ class RetrievalService:
         verified: dict[int, VerifiedChunk],
     ) -> dict[int, HitExplanation]:
         facts = {verified[c.chunk_id].facts.version.id: verified[c.chunk_id].facts for c in page}
-        paths = {} if viewer.is_admin else expand_principal_paths(session, principals, self.settings)
+        paths = {} if viewer.is_admin else paths_by_stored_name(
+            expand_principal_paths(session, principals, self.settings), principal_aliases(self.settings))
         granted = grant_paths(session, paths, facts.values(), viewer.acl_mode)
         return {
             c.chunk_id: HitExplanation(

@@ -32,6 +32,7 @@ from ki_core.acl import (
     canonical_principals,
     expand_groups,
     in_set,
+    principal_aliases,
     viewer_for,
     viewer_of,
     viewer_predicate,
@@ -478,7 +479,7 @@ class AccessService:
             cached = self._cache.get(key)
             if cached is not None:
                 return cached
-            viewer = viewer_of(frozenset(expand_groups(session, canonical)), self.settings)
+            viewer = viewer_of(frozenset(expand_groups(session, canonical, principal_aliases(self.settings))), self.settings)
             scope = compile_for_viewer(session, viewer, project_id, generation)
         self._cache.put(key, scope)
         return scope

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections import defaultdict
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from celery.exceptions import Retry
-from sqlalchemy import Engine, select, text, update
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -415,6 +416,39 @@ def list_events(
     if event_type is not None:
         stmt = stmt.where(IngestEvent.event_type == event_type)
     return [(row, name) for row, name in session.execute(stmt.order_by(IngestEvent.received_at.desc()).limit(limit))]
+
+
+@dataclass(frozen=True)
+class EventCount:
+    status: EventStatus
+    reason: str  # empty for open and done events
+    transient: bool
+    count: int
+
+
+def event_counts(session: Session) -> list[EventCount]:
+    """Events per status, and failed or parked ones per reason (the error's kind), largest first."""
+    counts: dict[tuple[EventStatus, str, bool], int] = defaultdict(int)
+    stmt = select(IngestEvent.status, IngestEvent.error, IngestEvent.transient, func.count()).group_by(
+        IngestEvent.status, IngestEvent.error, IngestEvent.transient
+    )
+    for status, error, transient, count in session.execute(stmt):
+        reason = failure_reason(error) if status in (EventStatus.FAILED, EventStatus.PARKED) else ""
+        counts[(status, reason, bool(transient) and status == EventStatus.FAILED)] += count
+    return sorted(
+        (EventCount(status, reason, transient, count) for (status, reason, transient), count in counts.items()),
+        key=lambda c: (list(EventStatus).index(c.status), -c.count, c.reason),
+    )
+
+
+def failure_reason(error: str | None) -> str:
+    """The kind of an error note: its exception name, or "gave up (<last kind>)" after the attempts ran out."""
+    if not error:
+        return "unknown"
+    if error.startswith("gave up after") and "(last: " in error:
+        return f"gave up ({failure_reason(error.split('(last: ', 1)[1].rstrip(')'))})"
+    head, colon, _rest = error.partition(":")
+    return head if colon and head.replace(".", "").isidentifier() else error[:80]
 
 
 def reopen_event(session: Session, reference: str) -> IngestEvent:

@@ -126,3 +126,26 @@ def test_prune_refuses_a_window_a_signed_request_could_still_be_replayed_in(cli,
     monkeypatch.setenv("KI_SWEEP__PROCESSED_EVENT_RETENTION_DAYS", "2")
     result = runner.invoke(cli, ["events", "prune", "--older-than", "1"])
     assert result.exit_code == 2 and "dms.signature_tolerance_seconds" in result.output
+
+
+def test_summary_counts_events_per_status_and_failed_or_parked_ones_per_reason(cli, tmp_path: Path) -> None:
+    parked = upserted("A-1", content={"url": "a.txt", "sha256": "0" * 64})
+    file = write_events(tmp_path / "e.jsonl", parked, upserted("A-2"), upserted("A-3"), upserted("A-4"))
+    runner.invoke(cli, ["events", "replay", str(file), "--source", "acme"])
+    engine = make_engine(load_settings().database_url)
+    try:
+        with session_factory(engine)() as session, session.begin():
+            done = [r.id for r in session.scalars(select(IngestEvent).where(IngestEvent.status == EventStatus.DONE))]
+            session.execute(update(IngestEvent).where(IngestEvent.id == done[0]).values(
+                status=EventStatus.FAILED, transient=True, error="OperationalError: the server closed the connection"))
+            session.execute(update(IngestEvent).where(IngestEvent.id == done[1]).values(
+                status=EventStatus.PARKED, error="gave up after 12 attempts (last: ConnectError: refused)"))
+    finally:
+        engine.dispose()
+    result = runner.invoke(cli, ["events", "summary"])
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.replace("│", " ").split()) for line in result.output.splitlines()]
+    assert "done 1" in lines
+    assert "failed OperationalError 1 the sweep retries it" in lines
+    assert "parked gave up (ConnectError) 1 needs a person: ki events redrive" in lines
+    assert "parked ContentRejected 1 needs a person: ki events redrive" in lines

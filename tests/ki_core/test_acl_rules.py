@@ -57,6 +57,56 @@ def test_an_alias_is_replaced_by_its_canonical_principal_in_one_step() -> None:
     assert canonical_principals(["a.smith"], settings) == {"alice"}
 
 
+def aliased(world: World, aliases: dict[str, str]) -> None:
+    """The operator changes security.principal_aliases (a restart with the new table)."""
+    world.settings = Settings(security={"principal_aliases": aliases})
+
+
+def test_an_alias_added_later_joins_the_grants_and_groups_given_to_the_old_name(world: World) -> None:
+    local_file(world)
+    local_file(world, "w", "e")
+    world.allow("jdoe", project="p")
+    world.members("team", ["JDoe"])
+    world.allow("team", document="e")
+    assert not sees(world, ["john.doe"]) and not sees(world, ["john.doe"], "w")
+    aliased(world, {"jdoe": "john.doe"})
+    assert sees(world, ["john.doe"]) and sees(world, ["john.doe"], "w")
+    assert sees(world, ["jdoe"]) and sees(world, ["jdoe"], "w")
+
+
+def test_an_alias_removed_later_stops_matching_what_was_given_to_the_alias(world: World) -> None:
+    """A wrong alias (two people under one name) is undone by removing it: nothing stays granted to the wrong one."""
+    local_file(world)
+    aliased(world, {"jdoe": "john.doe"})
+    world.allow("jdoe", project="p")
+    world.deny("john.doe", document="d")
+    assert not sees(world, ["jdoe"]) and not sees(world, ["john.doe"]), "one person: the deny wins"
+    aliased(world, {})
+    assert sees(world, ["jdoe"])
+    assert not sees(world, ["john.doe"])
+
+
+def test_revoking_a_principal_removes_its_grants_under_every_name(world: World) -> None:
+    local_file(world)
+    world.allow("jdoe", project="p")
+    world.allow("john.doe", project="p")
+    aliased(world, {"jdoe": "john.doe"})
+    world.revoke("john.doe", project="p")
+    assert not sees(world, ["jdoe"]) and not sees(world, ["john.doe"])
+
+
+def test_the_index_projection_names_an_aliased_principal_once_by_its_canonical_name(world: World) -> None:
+    local_file(world)
+    world.allow("jdoe", project="p")
+    world.allow("erika", project="p")
+    world.deny("J.Doe", document="d")
+    aliases = {"jdoe": "john.doe", "j.doe": "john.doe"}
+    plain = access_projection(world.session, [world.versions["v"].id])[world.versions["v"].id]
+    assert plain == (("erika", "jdoe"), ("j.doe",))
+    projected = access_projection(world.session, [world.versions["v"].id], aliases=aliases)
+    assert projected[world.versions["v"].id] == (("erika",), ("john.doe",))
+
+
 def test_group_expansion_follows_nested_groups_and_stops_on_cycles(world: World) -> None:
     world.members("team", ["alice"])
     world.members("firm", ["team", "firm"])

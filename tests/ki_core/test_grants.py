@@ -41,10 +41,10 @@ def generation(session: Session) -> int:
     return grants.current_access_generation(session)
 
 
-def test_a_grant_is_stored_normalized_and_alias_mapped(world: World) -> None:
+def test_a_grant_is_stored_normalized_as_named_aliases_apply_when_matching(world: World) -> None:
     project = GrantTarget.project(world.projects["mandant-a"].id)
     grants.grant(world.session, project, "  A.SMITH", settings=ALIASES)
-    assert stored(world.session) == [("project", "allow", "alice")]
+    assert stored(world.session) == [("project", "allow", "a.smith")]
 
 
 def test_granting_twice_keeps_one_row_and_bumps_once(world: World) -> None:
@@ -124,7 +124,7 @@ def test_replacing_an_acl_makes_it_known_and_exact(world: World) -> None:
         settings=ALIASES,
     )
     assert obj.acl_known
-    assert stored(world.session, GrantScope.SOURCE_OBJECT) == [("source_object", "deny", "alice"),
+    assert stored(world.session, GrantScope.SOURCE_OBJECT) == [("source_object", "deny", "a.smith"),
                                                                ("source_object", "allow", "team a")]
     assert {g.origin for g in world.session.scalars(select(Grant))} == {"dms"}
 

@@ -117,6 +117,26 @@ def list_(
     console.print(table if found else "no events")
 
 
+@events_app.command("summary")
+@cli_errors
+def summary() -> None:
+    """How many events are in each status, and why the failed and parked ones stopped."""
+    from ki_workers.context import worker_context
+    from ki_workers.event_inbox import event_counts
+
+    load_settings()
+    with worker_context().sessions() as session:
+        counts = event_counts(session)
+    table = Table(title="events by status and reason")
+    for column in ("status", "reason", "count", "next"):
+        table.add_column(column, overflow="fold")
+    for c in counts:
+        after = {EventStatus.FAILED: "the sweep retries it" if c.transient else "needs a person: ki events redrive",
+                 EventStatus.PARKED: "needs a person: ki events redrive"}.get(c.status, "")
+        table.add_row(c.status.value, c.reason, str(c.count), after)
+    console.print(table if counts else "no events")
+
+
 @events_app.command("redrive")
 @cli_errors
 def redrive(reference: str = typer.Argument(..., help="Row id (from `ki events list`) or event id.")) -> None:
