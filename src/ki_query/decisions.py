@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 
-from sqlalchemy import ColumnElement, and_, case, or_, select
+from sqlalchemy import Select, case, select
 from sqlalchemy.orm import Session
 
 from ki_core.acl import Viewer, in_set
@@ -42,6 +42,8 @@ from ki_query.verification import version_facts
 
 # Records verified per batch while filling a page: most candidates are visible to their readers.
 VERIFY_BATCH_FACTOR = 4
+# Each further batch doubles, up to this many records checked in one go.
+MAX_VERIFY_BATCH = 2_000
 
 
 def search_decisions(
@@ -49,76 +51,70 @@ def search_decisions(
 ) -> list[DecisionHit]:
     """The best `limit` visible records sharing terms with the query, best first.
 
-    Candidates come ranked and limited from the database's text index a batch at
-    a time; evidence is checked per batch, and the next batch is read until the
-    page is full, so a record the caller may see is never hidden by the limit.
-    `scope`, the caller's compiled access scope, lets SQL pass over records with
-    a version outside it before ranking (they could never be shown); the
-    evidence check stays the judge of what is returned.
+    The database ranks the records holding a query term in its text index, once;
+    the ranked ids are read from its cursor a batch at a time and their evidence
+    checked, until the page is full or the ranking ends, so a record the caller
+    may see is never hidden by the limit, and rows past the page are not read.
+    `scope`, the caller's compiled access scope, drops a record with an evidence
+    version in a document outside it before the (costlier) evidence check,
+    which still decides what is shown.
     """
     terms = tuple(sorted(query_terms(query)))
-    if not terms or limit <= 0 or viewer.sees_nothing or (scope is not None and scope.match_none):
+    if not terms or limit <= 0 or viewer.sees_nothing:
         return []
     batch = max(VERIFY_BATCH_FACTOR * limit, 20)
     hits: list[DecisionHit] = []
-    seen: set[str] = set()
-    offset = 0
-    while True:
-        ranked = _ranked_records(session, terms, scope, offset, batch)
-        evidence = visible_evidence(session, viewer, [record.id for record, _ in ranked])
-        for record, matched in ranked:
-            if record.id in evidence and record.id not in seen:
-                seen.add(record.id)
-                hits.append(_hit(record, len(matched) / len(terms), matched, evidence[record.id]))
-                if len(hits) == limit:
-                    return hits
-        if len(ranked) < batch:
-            return hits
-        offset += batch
+    ranked = session.execute(_ranking(session, terms).execution_options(stream_results=True))
+    try:
+        while len(hits) < limit and (rows := ranked.fetchmany(batch)):
+            matched = {row[0]: tuple(t for t, flag in zip(terms, row[1:], strict=True) if flag) for row in rows}
+            candidates = list(matched) if scope is None else _inside_scope(session, scope, list(matched))
+            evidence = visible_evidence(session, viewer, candidates)
+            shown = [record_id for record_id in matched if record_id in evidence][: limit - len(hits)]
+            records = _records(session, shown)
+            hits += [_hit(records[i], len(matched[i]) / len(terms), matched[i], evidence[i]) for i in shown]
+            batch = min(2 * batch, MAX_VERIFY_BATCH)  # a caller who sees few of them: fewer round trips
+    finally:
+        ranked.close()
+    return hits
 
 
-def _ranked_records(
-    session: Session, terms: tuple[str, ...], scope: ScopeFilter | None, offset: int, size: int
-) -> list[tuple[DecisionRecord, tuple[str, ...]]]:
-    """One slice of the records holding a query term, by share of terms, then newest decision, then id.
+def _ranking(session: Session, terms: tuple[str, ...]) -> Select:
+    """Ids of the records holding a query term with a flag per term: by share of terms, newest decision, id.
 
     Each term is matched by the database's own text index (decision_text_index):
     the `german` configuration on PostgreSQL, FTS5's unicode61 tokenizer on SQLite.
+    Only ids and flags go through the sort; the records of the page are read after.
     """
     flags = [case((matches, 1), else_=0) for matches in term_matches(session, terms)]
     shared = sum(flags[1:], flags[0])
-    stmt = (
-        select(DecisionRecord, *flags)
+    return (
+        select(DecisionRecord.id, *flags)
         .where(any_term_matches(session, terms))
         .order_by(shared.desc(), DecisionRecord.decided_at.desc().nulls_last(), DecisionRecord.id)
-        .offset(offset)
-        .limit(size)
     )
-    if scope is not None:
-        stmt = stmt.where(~_evidence_outside(scope))
-    return [
-        (row[0], tuple(term for term, flag in zip(terms, row[1:], strict=True) if flag))
-        for row in session.execute(stmt)
-    ]
 
 
-def _evidence_outside(scope: ScopeFilter) -> ColumnElement[bool]:
-    """An evidence version of the record lies in a document the scope does not admit.
+def _inside_scope(session: Session, scope: ScopeFilter, decision_ids: list[str]) -> list[str]:
+    """The decisions without an evidence version in a document the scope does not admit, in order.
 
     Evidence naming only a source object is left to the evidence check: which
-    version it shows is a question of observations, not of one join.
+    version it shows is a question of observations.
     """
-    admitted = or_(
-        in_set(Document.id, scope.document_ids),
-        and_(in_set(Document.project_id, scope.project_ids), ~in_set(Document.id, scope.excluded_document_ids)),
-    )
-    return (
-        select(DecisionEvidence.id)
+    stmt = (
+        select(DecisionEvidence.decision_id, Document.project_id, Document.id)
         .join(DocumentVersion, DocumentVersion.id == DecisionEvidence.version_id)
         .join(Document, Document.id == DocumentVersion.document_id)
-        .where(DecisionEvidence.decision_id == DecisionRecord.id, ~admitted)
-        .exists()
+        .where(in_set(DecisionEvidence.decision_id, decision_ids))
     )
+    outside = {decision for decision, project, document in session.execute(stmt) if not scope.admits(project, document)}
+    return [decision for decision in decision_ids if decision not in outside]
+
+
+def _records(session: Session, ids: list[str]) -> dict[str, DecisionRecord]:
+    if not ids:
+        return {}
+    return {record.id: record for record in session.scalars(select(DecisionRecord).where(in_set(DecisionRecord.id, ids)))}
 
 
 def _hit(record: DecisionRecord, score: float, matched: tuple[str, ...], evidence) -> DecisionHit:

@@ -171,8 +171,8 @@ def test_a_search_reads_a_batch_of_records_not_every_record(world: SqlWorld, dec
 def test_records_the_caller_cannot_see_never_push_a_visible_one_off_the_page(world: SqlWorld, decisions) -> None:
     """More hidden records rank above it than one batch holds: the search reads on until the page is full.
 
-    Half name a version outside the caller's scope (SQL passes over them), half only a DMS object
-    the caller cannot see (only the evidence check knows)."""
+    Half name a version outside the caller's compiled scope (dropped before the evidence check),
+    half only a DMS object the caller cannot see (only the evidence check knows)."""
     best = dict(rationale="Haftung Vertragsstrafe Mandantin Risiko")
     bulk_records(world, 3 * 20 + 7, "secret/v1", **best)
     bulk_records(world, 3 * 20 + 7, None, "dmsclosed/v1", **best)
