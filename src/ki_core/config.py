@@ -98,6 +98,9 @@ class ApiKeySettings(_Section):
     principals: list[str] = Field(min_length=1)
     # May search on behalf of a principal named in X-KI-On-Behalf-Of (a trusted front end).
     on_behalf_of: bool = False
+    # What such a front end may name: shell-style patterns, casefolded ("*@kanzlei.de", "group:team-*").
+    # An admin principal (security.admin_principals) is refused unless a pattern names it exactly.
+    on_behalf_of_principals: list[str] = Field(default_factory=lambda: ["*"])
 
 
 class JwtSettings(_Section):

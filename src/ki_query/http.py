@@ -16,8 +16,11 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ki_core.config import Settings
+from ki_core.openapi import without_validation_422
 from ki_core.llm import GatewayError
 from ki_core.models import RelationKind
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError, SearchFilters
@@ -52,7 +55,15 @@ STATUS_FOR: list[tuple[type[BaseException], int]] = [
     (GatewayError, 502),
     (SearchBackendError, 503),
     (IndexMappingMismatch, 503),
+    # The database went away or its pool is exhausted: retry later (a malformed value is refused before SQL).
+    (OperationalError, 503),
+    (InterfaceError, 503),
+    (PoolTimeout, 503),
 ]
+
+
+# Their messages hold SQL and connection details: the caller gets a plain reason instead.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, PoolTimeout)
 
 
 class FilterSearchRequest(BaseModel):
@@ -88,7 +99,30 @@ def create_query_app(settings: Settings, service: Callable[[], RetrievalService]
     for exc_type, status in STATUS_FOR:
         app.add_exception_handler(exc_type, _handler(status))
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    without_validation_422(app)
     return app
+
+
+class ErrorBody(BaseModel):
+    """Every refusal: the reason, and for a malformed request each bad field."""
+
+    detail: str
+    errors: list[dict[str, str]] | None = None
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+# The statuses every route of the query API may answer (its handlers above), for the OpenAPI document.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _error("Malformed request, or a window, depth or filter outside its bounds (the reason names the field)"),
+    401: _error("No credentials, or credentials that do not verify"),
+    403: _error("Valid credentials that may not do this (e.g. act on behalf of a principal they may not name)"),
+    502: _error("The LLM gateway (rerank) failed"),
+    503: _error("The search backend is unavailable or its index does not match this process; retry"),
+}
+NOT_FOUND = {404: _error("No such document, or not visible to the caller (the two are not told apart)")}
 
 
 async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -103,13 +137,14 @@ async def _invalid_request(_request: Request, exc: RequestValidationError) -> JS
 def _handler(status: int):
     async def handle(_request: Request, exc: Exception) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+        detail = "the database is unavailable; retry later" if isinstance(exc, DATABASE_UNAVAILABLE) else str(exc)
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
     return handle
 
 
 def query_router(settings: Settings, service: Callable[[], RetrievalService], prefix: str = "/v1") -> APIRouter:
-    router = APIRouter(prefix=prefix)
+    router = APIRouter(prefix=prefix, responses=ERROR_RESPONSES)
 
     def caller(
         authorization: Annotated[str | None, Header()] = None,
@@ -140,15 +175,15 @@ def query_router(settings: Settings, service: Callable[[], RetrievalService], pr
         """Record a decision; the caller must see all of its evidence."""
         return service().add_decision(body, who.principals)
 
-    @router.get("/documents/{document_id}", response_model=DocumentView)
+    @router.get("/documents/{document_id}", response_model=DocumentView, responses=NOT_FOUND)
     def get_document(document_id: str, who: Caller) -> Any:
         return service().get_document(document_id, who.principals)
 
-    @router.get("/documents/{document_id}/related", response_model=list[RelatedDocument])
+    @router.get("/documents/{document_id}/related", response_model=list[RelatedDocument], responses=NOT_FOUND)
     def related(document_id: str, who: Caller, kinds: Annotated[list[RelationKind] | None, Query()] = None) -> Any:
         return service().related_documents(document_id, who.principals, kinds)
 
-    @router.post("/traverse", response_model=TraversalResult)
+    @router.post("/traverse", response_model=TraversalResult, responses=NOT_FOUND)
     def traverse(body: TraverseRequest, who: Caller) -> Any:
         return service().traverse(body.document_id, who.principals, body.kinds, body.depth)
 

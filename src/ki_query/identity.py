@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ki_core.acl import admin_principals, canonical_principal, normalize_principal, principal_aliases
 from ki_core.config import JwtSettings, Settings
 
 
@@ -44,8 +46,26 @@ def identity_from_api_key(settings: Settings, key: str, on_behalf_of: str | None
             named = tuple(p.strip() for p in on_behalf_of.split(",") if p.strip())
             if not named:
                 raise Forbidden("X-KI-On-Behalf-Of names no principal")
+            for principal in named:
+                _check_assertable(settings, name, spec.on_behalf_of_principals, principal)
             return Identity(f"key:{name} for {','.join(named)}", named)
     raise Unauthenticated("unknown API key")
+
+
+def _check_assertable(settings: Settings, key_name: str, patterns: list[str], principal: str) -> None:
+    """A front end names only principals its key's patterns cover, and an admin only by an exact pattern.
+
+    Compared as the scope compiler will see the name (normalized, alias-mapped),
+    so an alias of an admin principal is an admin principal too.
+    """
+    canonical = canonical_principal(principal, principal_aliases(settings))
+    normalized = normalize_principal(principal)
+    exact = {normalize_principal(p) for p in patterns}
+    if canonical in admin_principals(settings) and not {canonical, normalized} & exact:
+        raise Forbidden(f"API key {key_name!r} may not act on behalf of the admin principal {principal!r}")
+    if not any(fnmatchcase(name, normalize_principal(p)) for p in patterns for name in (normalized, canonical)):
+        raise Forbidden(f"API key {key_name!r} may not act on behalf of {principal!r} "
+                        "(security.api_keys.*.on_behalf_of_principals)")
 
 
 def identity_from_jwt(settings: Settings, token: str) -> Identity:

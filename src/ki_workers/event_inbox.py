@@ -25,7 +25,7 @@ from celery import Task
 from celery.exceptions import Retry
 from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.config import Settings
@@ -186,13 +186,21 @@ def in_process_turn(settings: Settings) -> Iterator[None]:
 
 
 def _mark_queued(sessions: sessionmaker[Session], row_ids: list[str]) -> None:
-    """received -> queued only: a worker may already have moved the row on."""
-    with sessions() as session, session.begin():
-        session.execute(
-            update(IngestEvent)
-            .where(IngestEvent.id.in_(row_ids), IngestEvent.status == EventStatus.RECEIVED)
-            .values(status=EventStatus.QUEUED, updated_at=utcnow())
-        )
+    """received -> queued only: a worker may already have moved the row on.
+
+    Best effort: the message is published already; a row left `received` (the
+    database went away just now) is only dispatched once more by the sweep.
+    """
+    try:
+        with sessions() as session, session.begin():
+            session.execute(
+                update(IngestEvent)
+                .where(IngestEvent.id.in_(row_ids), IngestEvent.status == EventStatus.RECEIVED)
+                .values(status=EventStatus.QUEUED, updated_at=utcnow())
+            )
+    except DBAPIError as exc:
+        log.warning("events %s handed over but not marked queued (%s); the sweep may send them once more",
+                    ", ".join(row_ids), type(exc).__name__)
 
 
 # --------------------------------------------------------------------- run

@@ -38,6 +38,7 @@ from starlette.background import BackgroundTask
 
 from ki_core.config import Settings, get_settings
 from ki_core.db import engine_from_settings, session_factory
+from ki_core.openapi import without_validation_422
 from ki_workers import telemetry
 from ki_workers.event_inbox import AcceptOutcome, Accepted, UnknownSource, accept_event, dispatch_events, dms_source
 from ki_workers.sources.dms_events import (
@@ -147,10 +148,13 @@ def create_ingress_router(state: IngressState) -> APIRouter:
     def healthz() -> dict:
         return {"status": "ok"}
 
-    @router.get("/readyz", summary="Database, broker and index are reachable")
+    @router.get("/readyz", summary="Ready to accept events: the database is reachable (broker and index reported)")
     def readyz() -> JSONResponse:
+        """Only the database decides: an event is accepted once its row is committed, and the sweep
+        hands it over when the broker is back, so a broker outage must not take every ingress out
+        of the load balancer. The broker's and the index's state are reported beside it."""
         checks = readiness(state)
-        ok = all(value == "ok" or value.startswith("not used") for value in checks.values())
+        ok = checks["database"] == "ok"
         return JSONResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503)
 
     @router.get("/metrics", summary="Prometheus metrics")
@@ -326,7 +330,9 @@ class PipelineCollector(Collector):
             states = telemetry.task_states(client)
         except Exception as exc:  # noqa: BLE001 - a scrape must not fail because the broker blinked
             log.warning("metrics: broker unavailable (%s: %s)", type(exc).__name__, exc)
+            yield GaugeMetricFamily("ki_broker_up", "1 when the broker answered this scrape", value=0)
             return
+        yield GaugeMetricFamily("ki_broker_up", "1 when the broker answered this scrape", value=1)
         queue = GaugeMetricFamily("ki_queue_depth", "Messages waiting per queue", labels=["queue"])
         for name, depth in depths.items():
             queue.add_metric([name], depth)
@@ -374,6 +380,7 @@ def create_ingress_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(create_ingress_router(state))
     app.state.ingress = state
     _publish_event_schema(app)
+    without_validation_422(app)
     return app
 
 

@@ -67,6 +67,49 @@ def test_only_a_front_end_key_may_act_on_behalf_of_someone(client: TestClient) -
     assert allowed.status_code == 200 and allowed.json()["hits"]
 
 
+def test_a_front_end_may_name_only_the_principals_its_key_allows_and_never_an_admin(
+    folder_world: FolderWorld, signing_key  # noqa: F811
+) -> None:
+    service, _, _ = folder_world.service()
+    settings = keyed_settings(folder_world, signing_key)
+    frontend = settings.security.api_keys["frontend"]
+    limited = frontend.model_copy(update={"on_behalf_of_principals": [MEMBER[:3] + "*", "group:*"]})
+    keys = settings.security.api_keys | {"frontend": limited}
+    settings = settings.model_copy(update={"security": settings.security.model_copy(update={
+        "api_keys": keys, "principal_aliases": {"chef": ADMIN}})})
+    client = TestClient(create_query_app(settings, lambda: service))
+    as_front_end = {"X-API-Key": FRONTEND_KEY}
+    assert _search(client, as_front_end | {"X-KI-On-Behalf-Of": MEMBER}).status_code == 200
+    outside = _search(client, as_front_end | {"X-KI-On-Behalf-Of": f"{MEMBER},mallory"})
+    assert outside.status_code == 403 and "'mallory'" in outside.json()["detail"]
+    for admin in (ADMIN, "chef", " ROLE:ADMIN "):
+        refused = _search(client, as_front_end | {"X-KI-On-Behalf-Of": admin})
+        assert refused.status_code == 403 and "admin principal" in refused.json()["detail"]
+    default = TestClient(create_query_app(keyed_settings(folder_world, signing_key), lambda: service))
+    assert _search(default, as_front_end | {"X-KI-On-Behalf-Of": ADMIN}).status_code == 403, "default: no admins"
+
+
+def test_the_openapi_document_names_the_statuses_answered_and_no_422(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    search = document["paths"]["/v1/search"]["post"]["responses"]
+    assert set(search) == {"200", "400", "401", "403", "502", "503"}
+    assert "404" in document["paths"]["/v1/documents/{document_id}"]["get"]["responses"]
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+
+
+def test_a_database_that_went_away_is_503_with_a_plain_reason(folder_world: FolderWorld, signing_key, tmp_path):  # noqa: F811
+    from ki_core.db import make_engine, session_factory
+    from ki_query.retrieval import RetrievalService
+
+    service, _, _ = folder_world.service()
+    broken = RetrievalService(service.settings, session_factory(make_engine(f"sqlite:///{tmp_path}")), service.index,
+                              service.embedder, service.access)
+    client = TestClient(create_query_app(keyed_settings(folder_world, signing_key), lambda: broken))
+    response = client.post("/v1/decisions/search", json={"query": "Haftung"}, headers={"X-API-Key": ANNA_KEY})
+    assert response.status_code == 503
+    assert response.json() == {"detail": "the database is unavailable; retry later"}
+
+
 def test_a_user_token_searches_as_its_subject_and_groups(client: TestClient, signing_key) -> None:
     as_member = _search(client, {"Authorization": f"Bearer {user_token(signing_key)}"})
     assert as_member.status_code == 200 and as_member.json()["hits"]

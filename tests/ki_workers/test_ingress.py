@@ -235,11 +235,29 @@ def test_a_database_that_cannot_take_the_event_is_503(configure) -> None:
 
 def test_health_and_readiness(client, tmp_path) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json()["checks"]["index"].startswith("error: FileNotFoundError")
+    unindexed = client.get("/readyz")
+    assert unindexed.json()["checks"]["index"].startswith("error: FileNotFoundError")
+    assert unindexed.status_code == 200, "the ingress only needs its database to accept events"
     (tmp_path / "state").mkdir()
     ready = client.get("/readyz")
     assert ready.status_code == 200, ready.text
     assert ready.json()["checks"] == {"database": "ok", "broker": "ok", "index": "ok"}
+
+
+def test_a_broker_outage_keeps_the_ingress_ready_and_accepting(configure) -> None:
+    """Accepted means committed: the sweep hands the event over when Redis is back. A readiness
+    probe that failed here would take every ingress out of the load balancer during the outage."""
+    with TestClient(create_ingress_app(configure(KI_BROKER__URL="redis://127.0.0.1:1/0"))) as no_broker:
+        assert post(no_broker, acl_changed("A-1", [])).status_code == 202
+        ready = no_broker.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["status"] == "ok"
+        assert ready.json()["checks"]["broker"].startswith("error")
+        assert "ki_broker_up 0.0" in no_broker.get("/metrics").text
+
+
+def test_the_openapi_document_names_the_statuses_answered_and_no_422(client) -> None:
+    operation = client.get("/openapi.json").json()["paths"]["/webhooks/{source}"]["post"]
+    assert set(operation["responses"]) == {"200", "202", "400", "401", "404", "413", "503"}
 
 
 def test_metrics_show_events_queues_latency_and_lag(client, redis_client) -> None:
@@ -252,6 +270,7 @@ def test_metrics_show_events_queues_latency_and_lag(client, redis_client) -> Non
     assert 'ki_queue_depth{queue="ki.ingest"} 1.0' in text and 'ki_queue_depth{queue="ki.access"} 1.0' in text
     assert 'ki_task_seconds_bucket{le="1.0",task="ki.chunk_embed"} 1.0' in text
     assert 'ki_task_runs_total{state="SUCCESS",task="ki.chunk_embed"} 1.0' in text
+    assert "ki_broker_up 1.0" in text
     assert 'ki_webhook_requests_total{outcome="404",source="(unknown)"} 1.0' in text
     for name in ("ki_oldest_unfinished_event_seconds", "ki_acl_pending_seconds", "ki_acl_propagation_lag_seconds",
                  "ki_access_projections_stale", "ki_webhook_seconds_bucket"):
