@@ -12,7 +12,7 @@ annotations at runtime, and `Caller` is local to the router.
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +35,7 @@ from ki_query.types import (
     InvalidFilters,
     NewDecision,
     QueryText,
+    RecordId,
     RelatedDocument,
     SearchRequest,
     SearchResponse,
@@ -84,7 +85,7 @@ class DecisionSearchRequest(BaseModel):
 class TraverseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    document_id: str
+    document_id: RecordId
     kinds: list[RelationKind] | None = None
     depth: int = Field(default=1, ge=1, le=MAX_TRAVERSAL_DEPTH)
 
@@ -176,11 +177,11 @@ def query_router(settings: Settings, service: Callable[[], RetrievalService], pr
         return service().add_decision(body, who.principals)
 
     @router.get("/documents/{document_id}", response_model=DocumentView, responses=NOT_FOUND)
-    def get_document(document_id: str, who: Caller) -> Any:
+    def get_document(document_id: Annotated[RecordId, Path()], who: Caller) -> Any:
         return service().get_document(document_id, who.principals)
 
     @router.get("/documents/{document_id}/related", response_model=list[RelatedDocument], responses=NOT_FOUND)
-    def related(document_id: str, who: Caller, kinds: Annotated[list[RelationKind] | None, Query()] = None) -> Any:
+    def related(document_id: Annotated[RecordId, Path()], who: Caller, kinds: Annotated[list[RelationKind] | None, Query()] = None) -> Any:
         return service().related_documents(document_id, who.principals, kinds)
 
     @router.post("/traverse", response_model=TraversalResult, responses=NOT_FOUND)

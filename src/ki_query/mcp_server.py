@@ -17,7 +17,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from ki_core.models import RelationKind
 from ki_query.identity import Identity
 from ki_query.retrieval import RetrievalService
-from ki_query.types import NewDecision, SearchRequest, parse_filters
+from ki_query.types import NewDecision, QueryText, RecordId, SearchRequest, parse_filters
 
 SERVER_NAME = "legalmemory-ki"
 INSTRUCTIONS = (
@@ -52,22 +52,22 @@ def add_retrieval_tools(server: MCPServer, service: Callable[[], RetrievalServic
         return service().search_filter(parse_filters(filters), principals_of(ctx), offset, limit).model_dump(mode="json")
 
     @server.tool()
-    def search_decisions(query: str, limit: int = 10, *, ctx: Context) -> list[dict]:
+    def search_decisions(query: QueryText, limit: int = 10, *, ctx: Context) -> list[dict]:
         """Decision records (what changed and why) whose evidence the caller may see in full."""
         return [hit.model_dump(mode="json") for hit in service().search_decisions(query, principals_of(ctx), limit)]
 
     @server.tool()
-    def get_document(document_id: str, *, ctx: Context) -> dict:
+    def get_document(document_id: RecordId, *, ctx: Context) -> dict:
         """A document with its visible versions and citable sources."""
         return service().get_document(document_id, principals_of(ctx)).model_dump(mode="json")
 
     @server.tool()
-    def traverse(document_id: str, kinds: list[str] | None = None, depth: int = 1, *, ctx: Context) -> dict:
+    def traverse(document_id: RecordId, kinds: list[str] | None = None, depth: int = 1, *, ctx: Context) -> dict:
         """Follow relations (supersedes, annex_of, responds_to, references, thread) from a document."""
         return service().traverse(document_id, principals_of(ctx), _kinds(kinds), depth).model_dump(mode="json")
 
     @server.tool()
-    def related_documents(document_id: str, kinds: list[str] | None = None, *, ctx: Context) -> list[dict]:
+    def related_documents(document_id: RecordId, kinds: list[str] | None = None, *, ctx: Context) -> list[dict]:
         """Documents directly related to one document, each authorization-checked."""
         related = service().related_documents(document_id, principals_of(ctx), _kinds(kinds))
         return [item.model_dump(mode="json") for item in related]

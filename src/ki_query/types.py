@@ -128,11 +128,8 @@ def parse_filters(raw: Mapping[str, Any] | None) -> SearchFilters:
 # ------------------------------------------------------------------ search
 
 
-def _query_text(value: str) -> str:
-    """A query is text a person typed: not blank (a listing without words is search_filter), no
-    NUL and no lone surrogate (JSON's "\\ud800"), which no embedder or database can take."""
-    if not value.strip():
-        raise ValueError("must not be blank; a listing without query words is /v1/search/filter (ki list)")
+def _storable(value: str) -> str:
+    """No NUL and no lone surrogate (JSON's "\\ud800"): text no embedder or database can take."""
     if "\x00" in value:
         raise ValueError("must not contain a NUL character")
     try:
@@ -142,7 +139,18 @@ def _query_text(value: str) -> str:
     return value
 
 
+def _query_text(value: str) -> str:
+    """A query is text a person typed: not blank (a listing without words is search_filter)."""
+    if not value.strip():
+        raise ValueError("must not be blank; a listing without query words is /v1/search/filter (ki list)")
+    return _storable(value)
+
+
 QueryText = Annotated[str, AfterValidator(_query_text)]
+# Text that is stored or compared in SQL (a decision's fields, an external id).
+StoredText = Annotated[str, AfterValidator(_storable)]
+# The id of a row (a document, version, project...): ours are 32 hex digits; anything else is simply not found.
+RecordId = Annotated[str, Field(min_length=1, max_length=300), AfterValidator(_storable)]
 
 
 class SearchRequest(_Model):
@@ -341,8 +349,8 @@ class TraversalResult(_Model):
 class DecisionEvidenceRef(_Model):
     """One evidence entry: a source object, a version, or that version as seen through that object."""
 
-    source_object_id: str | None = None
-    version_id: str | None = None
+    source_object_id: RecordId | None = None
+    version_id: RecordId | None = None
 
     @model_validator(mode="after")
     def _names_something(self) -> DecisionEvidenceRef:
@@ -354,14 +362,14 @@ class DecisionEvidenceRef(_Model):
 class NewDecision(_Model):
     """What POST /decisions, `ki decisions add` and the DMS decision.recorded event write."""
 
-    project_id: str
-    locus: str = Field(min_length=1)
-    change_summary: str = Field(min_length=1)
-    rationale: str = ""
+    project_id: RecordId
+    locus: StoredText = Field(min_length=1, max_length=1000)
+    change_summary: StoredText = Field(min_length=1)
+    rationale: StoredText = ""
     evidence: tuple[DecisionEvidenceRef, ...] = Field(min_length=1)
-    matter_id: str | None = None
-    external_id: str | None = None
-    decided_by: str | None = None
+    matter_id: RecordId | None = None
+    external_id: Annotated[StoredText, Field(max_length=300)] | None = None
+    decided_by: Annotated[StoredText, Field(max_length=300)] | None = None
     decided_at: datetime | None = None
 
 

@@ -56,3 +56,17 @@ def test_related_documents_tool(folder_world: FolderWorld) -> None:  # noqa: F81
     assert not result.is_error
     keys = {item["document"]["document"]["key"] for item in _payload(result)}
     assert "anlage-1" in keys
+
+
+def test_a_nul_or_a_lone_surrogate_in_a_tool_argument_is_a_tool_error_naming_it(folder_world: FolderWorld) -> None:  # noqa: F811
+    for tool, arguments, name in (
+        ("get_document", {"document_id": "a\x00b"}, "document_id"),
+        ("traverse", {"document_id": "\ud800"}, "document_id"),
+        ("related_documents", {"document_id": "x\x00"}, "document_id"),
+        ("search_decisions", {"query": "Haftung\x00"}, "query"),
+        ("search", {"query": "\udfff"}, "query"),
+    ):
+        _, result = _call(folder_world, (MEMBER,), tool, arguments)
+        assert result.is_error, tool
+        text = result.content[0].text
+        assert name in text and any(w in text for w in ("NUL", "surrogate", "valid string")), (tool, text)
