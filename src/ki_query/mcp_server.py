@@ -9,21 +9,43 @@ acts for that caller alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
 
 from ki_core.models import RelationKind
-from ki_query.identity import Identity
+from ki_core.llm import GatewayError
+from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
+from ki_query.identity import Forbidden, Identity, Unauthenticated
 from ki_query.retrieval import RetrievalService
-from ki_query.types import NewDecision, QueryText, RecordId, SearchRequest, parse_filters
+from ki_query.types import (
+    DocumentNotFound,
+    InvalidDecision,
+    InvalidFilters,
+    NewDecision,
+    QueryText,
+    RecordId,
+    SearchRequest,
+    TraversalTooDeep,
+    WindowTooDeep,
+    parse_filters,
+)
 
 SERVER_NAME = "legalmemory-ki"
 INSTRUCTIONS = (
     "Search a law firm's documents (contracts, letters, memos, court decisions) within the "
     "caller's access rights. Every hit carries a citation (project, document, version, source). "
     "Paste case numbers (Aktenzeichen) or statute references verbatim: an identifier leg matches them."
+)
+
+# What a tool call may be refused with, as the HTTP API answers them with a 4xx or 503.
+REFUSALS = (
+    WindowTooDeep, TraversalTooDeep, ResultWindowTooDeep, InvalidFilters, InvalidDecision, DocumentNotFound,
+    Forbidden, Unauthenticated, SearchBackendError, IndexMappingMismatch, GatewayError,
 )
 
 # The principals one tool call acts for; raises rather than return a default.
@@ -36,43 +58,67 @@ def create_mcp_server(service: Callable[[], RetrievalService], identity: Identit
     return add_retrieval_tools(server, service, lambda _ctx: identity.principals)
 
 
+def refusals_as_tool_errors(tool: Callable) -> Callable:
+    """A refusal (bad argument, window, depth, unknown document, an unavailable backend) reaches the
+    assistant as a tool error with its reason; the SDK would otherwise say only "Error executing tool"."""
+
+    @functools.wraps(tool)
+    def run(*args, **kwargs):
+        try:
+            return tool(*args, **kwargs)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            raise ToolError(f"invalid arguments: {problems}") from None
+        except REFUSALS as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+    return run
+
+
 def add_retrieval_tools(server: MCPServer, service: Callable[[], RetrievalService], principals_of: PrincipalsOf) -> MCPServer:
     """The tools, defined once for every transport. `ctx` is injected by the SDK and is not a tool argument."""
 
     @server.tool()
-    def search(query: str, filters: dict[str, Any] | None = None, offset: int = 0, limit: int = 10,
+    @refusals_as_tool_errors
+    def search(query: QueryText, filters: dict[str, Any] | None = None, offset: int = 0, limit: int = 10,
                explain: bool = False, *, ctx: Context) -> dict:
         """Hybrid search. filters: project_id, matter_id, doc_type, version_status, language, date_from, date_to, clause_type, chunk_kind."""
         request = SearchRequest(query=query, filters=parse_filters(filters), offset=offset, limit=limit, explain=explain)
         return service().search(request, principals_of(ctx)).model_dump(mode="json")
 
     @server.tool()
+    @refusals_as_tool_errors
     def search_filter(filters: dict[str, Any] | None = None, offset: int = 0, limit: int = 10, *, ctx: Context) -> dict:
         """Documents matching metadata filters only, newest first (no query text)."""
         return service().search_filter(parse_filters(filters), principals_of(ctx), offset, limit).model_dump(mode="json")
 
     @server.tool()
+    @refusals_as_tool_errors
     def search_decisions(query: QueryText, limit: int = 10, *, ctx: Context) -> list[dict]:
         """Decision records (what changed and why) whose evidence the caller may see in full."""
         return [hit.model_dump(mode="json") for hit in service().search_decisions(query, principals_of(ctx), limit)]
 
     @server.tool()
+    @refusals_as_tool_errors
     def get_document(document_id: RecordId, *, ctx: Context) -> dict:
         """A document with its visible versions and citable sources."""
         return service().get_document(document_id, principals_of(ctx)).model_dump(mode="json")
 
     @server.tool()
+    @refusals_as_tool_errors
     def traverse(document_id: RecordId, kinds: list[str] | None = None, depth: int = 1, *, ctx: Context) -> dict:
         """Follow relations (supersedes, annex_of, responds_to, references, thread) from a document."""
         return service().traverse(document_id, principals_of(ctx), _kinds(kinds), depth).model_dump(mode="json")
 
     @server.tool()
+    @refusals_as_tool_errors
     def related_documents(document_id: RecordId, kinds: list[str] | None = None, *, ctx: Context) -> list[dict]:
         """Documents directly related to one document, each authorization-checked."""
         related = service().related_documents(document_id, principals_of(ctx), _kinds(kinds))
         return [item.model_dump(mode="json") for item in related]
 
     @server.tool()
+    @refusals_as_tool_errors
     def add_decision(decision: dict[str, Any], *, ctx: Context) -> dict:
         """Record a decision (locus, change_summary, rationale, evidence); the caller must see all evidence."""
         return service().add_decision(NewDecision.model_validate(decision), principals_of(ctx)).model_dump(mode="json")

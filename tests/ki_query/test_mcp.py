@@ -45,9 +45,17 @@ def test_search_acts_for_the_servers_identity_only(folder_world: FolderWorld) ->
     assert not outsider.is_error and _payload(outsider)["hits"] == []
 
 
-def test_a_window_above_500_is_a_tool_error(folder_world: FolderWorld) -> None:  # noqa: F811
+def test_a_window_above_500_is_a_tool_error_with_its_reason(folder_world: FolderWorld) -> None:  # noqa: F811
     _, result = _call(folder_world, (MEMBER,), "search", {"query": "Miete", "offset": 495, "limit": 10})
-    assert result.is_error
+    assert result.is_error and "WindowTooDeep: offset + limit is 505" in result.content[0].text
+
+
+def test_an_unknown_document_and_a_bad_decision_are_tool_errors_with_their_reason(folder_world: FolderWorld) -> None:  # noqa: F811
+    _, missing = _call(folder_world, (MEMBER,), "get_document", {"document_id": "no-such-document"})
+    assert missing.is_error and "DocumentNotFound: " in missing.content[0].text
+    _, invalid = _call(folder_world, (MEMBER,), "add_decision", {"decision": {"project_id": "p", "locus": ""}})
+    assert invalid.is_error and "invalid arguments: " in invalid.content[0].text
+    assert "locus" in invalid.content[0].text and "evidence" in invalid.content[0].text
 
 
 def test_related_documents_tool(folder_world: FolderWorld) -> None:  # noqa: F811
