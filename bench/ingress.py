@@ -43,9 +43,12 @@ import httpx
 import redis
 from sqlalchemy import create_engine, text
 
+from backends import terminate_like_ctrl_c
 from ki_workers.sources.dms_events import sign
 from ki_workers.telemetry import task_latencies
 
+# A line of progress this often while sending and draining, so a long run is never silent.
+PROGRESS_SECONDS = 5.0
 PG_SERVER = os.environ.get("KI_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("KI_BENCH_REDIS", "redis://127.0.0.1:6379/13")
 SOURCE, SECRET = "bench", "bench-secret"
@@ -152,7 +155,13 @@ async def send_all(args, base_url: str, run: Run) -> None:
     async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as client:
         t0 = time.monotonic()
         pending = []
+        next_report = t0 + PROGRESS_SECONDS
         for n in range(total):
+            if time.monotonic() >= next_report:
+                done = [item for item in run.sent if item.status]
+                print(f"  sending: {n}/{total} sent, {sum(1 for i in done if i.status in (200, 202))} accepted, "
+                      f"{len(run.sent) - len(done)} waiting for an answer", flush=True)
+                next_report += PROGRESS_SECONDS
             delay = t0 + n / args.rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -235,7 +244,8 @@ def report(args, run: Run, engine, drain_seconds: float) -> int:
     print(f"sent {len(run.sent)} events in {run.send_seconds:.1f} s; HTTP statuses {dict(sorted(statuses.items()))}")
     print(f"accepted events/s          {len(accepted) / run.send_seconds:.1f}")
     print(f"ingress latency ms         p50 {pct(latencies, .5):.1f}  p95 {pct(latencies, .95):.1f}  max {max(latencies):.1f}")
-    print(f"ingress CPU per request ms {run.ingress_cpu_seconds / max(len(run.sent), 1) * 1000:.1f}")
+    print(f"ingress CPU per accepted event ms {run.ingress_cpu_seconds / max(len(accepted), 1) * 1000:.2f} "
+          f"(user+system of the ingress process while sending)")
     start = min(s.sent_at for s in run.sent)
     windows: dict[int, list[float]] = {}
     for s in run.sent:
@@ -274,8 +284,10 @@ def main() -> int:
     parser.add_argument("--kill-at", type=float, default=0.5, help="Fraction of the run when worker 0 is SIGKILLed (<0: never).")
     parser.add_argument("--restart-delay", type=float, default=1.0)
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--drain-timeout", type=float, default=1800.0)
+    parser.add_argument("--drain-timeout", type=float, default=300.0,
+                        help="Seconds to wait after the last send for the workers to finish (what is left is reported).")
     args = parser.parse_args()
+    terminate_like_ctrl_c()
 
     workdir = Path(tempfile.mkdtemp(prefix="ki-bench-ingress-"))
     database = f"ki_bench_{uuid.uuid4().hex[:10]}"
@@ -294,11 +306,11 @@ def main() -> int:
     })
     if args.embedder == "hashing":
         env["KI_EMBEDDING__DIMENSIONS"] = "64"
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    subprocess.run([sys.executable, "-m", "ki.cli", "init"], env=env, cwd=workdir, check=True, capture_output=True)
     engine = create_engine(db_url)
     processes: dict[str, subprocess.Popen] = {}
     try:
+        redis.Redis.from_url(REDIS_URL).flushdb()
+        subprocess.run([sys.executable, "-m", "ki.cli", "init"], env=env, cwd=workdir, check=True, capture_output=True)
         processes["ingress"] = start([sys.executable, "-m", "uvicorn", "--factory", "ki.asgi:create_ingress", "--host", "127.0.0.1",
                                       "--port", str(args.port), "--log-level", "warning", "--no-access-log"], env, workdir, "ingress")
         processes["beat"] = start([sys.executable, "-m", "celery", "-A", "ki_workers.app", "beat", "--loglevel=WARNING",
@@ -321,16 +333,24 @@ def main() -> int:
         if killer.is_alive():
             killer.join()
         drained_from = time.monotonic()
+        next_report = drained_from + PROGRESS_SECONDS
         while time.monotonic() - drained_from < args.drain_timeout:
             events = open_events(engine)
             upserted = {s.object_id for s in run.sent if s.kind == "upsert" and s.status in (200, 202)}
             if set(events) <= {"done", "parked", "failed"} and upserted <= set(run.searchable_at):
                 break
+            if time.monotonic() >= next_report:
+                print(f"  draining: events {dict(sorted(events.items()))}, "
+                      f"{len(upserted & set(run.searchable_at))}/{len(upserted)} upserts searchable", flush=True)
+                next_report += PROGRESS_SECONDS
             time.sleep(0.25)
         drain_seconds = time.monotonic() - drained_from
         stop_polling.set()
         monitor.join()
         return report(args, run, engine, drain_seconds)
+    except KeyboardInterrupt:
+        print("interrupted: stopping the workers and dropping the database", flush=True)
+        return 130
     finally:
         for process in processes.values():
             stop(process)
@@ -343,11 +363,15 @@ def main() -> int:
 
 
 def poll_until(engine, run: Run, stop_event: threading.Event, interval: float = 0.25) -> None:
-    """In its own thread, so SQL polling never delays a send."""
-    while not stop_event.is_set():
+    """In its own thread, so SQL polling never delays a send; it stops quietly once the database is gone."""
+    try:
+        while not stop_event.is_set():
+            poll_searchable(engine, run)
+            stop_event.wait(interval)
         poll_searchable(engine, run)
-        stop_event.wait(interval)
-    poll_searchable(engine, run)
+    except Exception:  # noqa: BLE001 - interrupted: main() is dropping the database
+        if not stop_event.is_set():
+            return
 
 
 def kill_and_restart(args, processes: dict, env: dict, workdir: Path, run: Run) -> None:

@@ -13,11 +13,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from ki_core.config import Settings
 
 
-def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
+def make_engine(url: str, *, echo: bool = False, pool_size: int = 5, pre_ping: bool = True) -> Engine:
     """An engine with the per-dialect settings we rely on.
 
     SQLite gets foreign keys on (cascades and RESTRICT are part of the model),
     WAL so readers do not block the single writer, and a busy timeout.
+    PostgreSQL pings a pooled connection before use unless `pre_ping` is off
+    (the ingress: it retries a dropped connection itself rather than pay a
+    round trip per event).
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -26,7 +29,7 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
         engine = create_engine(url, echo=echo, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, echo=echo, pool_size=pool_size, pool_pre_ping=True)
+    return create_engine(url, echo=echo, pool_size=pool_size, pool_pre_ping=pre_ping)
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -37,9 +40,9 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def engine_from_settings(settings: Settings) -> Engine:
+def engine_from_settings(settings: Settings, *, pre_ping: bool = True) -> Engine:
     return make_engine(
-        settings.database_url, echo=settings.database.echo, pool_size=settings.database.pool_size
+        settings.database_url, echo=settings.database.echo, pool_size=settings.database.pool_size, pre_ping=pre_ping
     )
 
 

@@ -18,12 +18,13 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from celery.exceptions import Retry
-from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -99,33 +100,40 @@ def dms_source(session: Session, name: str, settings: Settings) -> Source:
     return source
 
 
-def accept_event(session: Session, source_id: str, event: DmsEvent) -> Accepted:
+def accept_event(
+    db: Session | Connection, source_id: str, event: DmsEvent, *, status: EventStatus = EventStatus.RECEIVED
+) -> Accepted:
     """Write the event row (status received) in the caller's transaction; a known event id is a duplicate.
 
     One INSERT .. ON CONFLICT DO NOTHING: a concurrent request with the same id
     cannot slip between a check and the insert. The caller commits, and only
-    then dispatches (`dispatch_events`).
+    then dispatches (`dispatch_events`). On an autocommit connection (the
+    ingress) the statement is its own transaction: one round trip per event.
     """
-    insert = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}[session.get_bind().dialect.name]
     now = utcnow()
-    row_id = session.scalar(
-        insert(IngestEvent)
-        .values(
-            id=new_id(), source_id=source_id, event_id=event.event_id, event_type=event.type,
-            schema_version=event.schema_version, payload=event.model_dump(mode="json"),
-            status=EventStatus.RECEIVED, attempts=0, received_at=now, updated_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=["source_id", "event_id"])
-        .returning(IngestEvent.id)
-    )
+    values = {
+        "id": new_id(), "source_id": source_id, "event_id": event.event_id, "event_type": event.type,
+        "schema_version": event.schema_version, "payload": event.model_dump(mode="json"),
+        "status": status.value, "attempts": 0, "received_at": now, "updated_at": now,
+    }  # fmt: skip
+    connection = db.connection() if isinstance(db, Session) else db
+    row_id = connection.execute(_insert_event_statement(connection.dialect.name), values).scalar()
     if row_id is not None:
-        return Accepted(AcceptOutcome.ACCEPTED, row_id, EventStatus.RECEIVED)
-    existing = _row_by_event_id(session, source_id, event.event_id)
-    return Accepted(AcceptOutcome.DUPLICATE, existing.id, existing.status)
+        return Accepted(AcceptOutcome.ACCEPTED, row_id, status)
+    existing_id, existing_status = connection.execute(
+        select(IngestEvent.id, IngestEvent.status).where(
+            IngestEvent.source_id == source_id, IngestEvent.event_id == event.event_id)
+    ).one()
+    return Accepted(AcceptOutcome.DUPLICATE, existing_id, existing_status)
 
 
-def _row_by_event_id(session: Session, source_id: str, event_id: str) -> IngestEvent | None:
-    return session.scalar(select(IngestEvent).where(IngestEvent.source_id == source_id, IngestEvent.event_id == event_id))
+@cache
+def _insert_event_statement(dialect: str):
+    """INSERT .. ON CONFLICT DO NOTHING RETURNING id, built once per dialect: the ingress runs it per
+    event, and building and caching the statement each time cost more CPU than the round trip."""
+    insert = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}[dialect]
+    table = IngestEvent.__table__
+    return insert(table).on_conflict_do_nothing(index_elements=["source_id", "event_id"]).returning(table.c.id)
 
 
 def submit_event(settings: Settings, sessions: sessionmaker[Session], source_name: str, data: Any) -> Accepted:
@@ -145,8 +153,13 @@ def submit_event(settings: Settings, sessions: sessionmaker[Session], source_nam
 PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
 
-def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events: Mapping[str, str]) -> int:
+def dispatch_events(
+    settings: Settings, sessions: sessionmaker[Session], events: Mapping[str, str], *, queued: bool = False
+) -> int:
     """Hand committed event rows ({row id: event type}) to their task; returns how many were handed over.
+
+    `queued`: the rows were written as queued (the ingress saves a transaction
+    per event that way); a publish that fails sets them back to received.
 
     One path for both modes: the task of the app configured from `settings` is
     published to the broker, or with `broker.eager` run here, to its end. A
@@ -169,8 +182,11 @@ def dispatch_events(settings: Settings, sessions: sessionmaker[Session], events:
                 log.warning("event %s failed (%s)", row_id, _describe(exc))
             else:
                 log.warning("event %s not dispatched (%s: %s); the sweep will retry", row_id, type(exc).__name__, exc)
+                if queued:
+                    _mark_received(sessions, row_id)
             continue
-        _mark_queued(sessions, [row_id])
+        if not queued:
+            _mark_queued(sessions, [row_id])
         handed += 1
     return handed
 
@@ -201,6 +217,19 @@ def _mark_queued(sessions: sessionmaker[Session], row_ids: list[str]) -> None:
     except DBAPIError as exc:
         log.warning("events %s handed over but not marked queued (%s); the sweep may send them once more",
                     ", ".join(row_ids), type(exc).__name__)
+
+
+def _mark_received(sessions: sessionmaker[Session], row_id: str) -> None:
+    """queued -> received after a failed publish, so the sweep sends it without waiting for an idle queue."""
+    try:
+        with sessions() as session, session.begin():
+            session.execute(
+                update(IngestEvent)
+                .where(IngestEvent.id == row_id, IngestEvent.status == EventStatus.QUEUED, IngestEvent.attempts == 0)
+                .values(status=EventStatus.RECEIVED, updated_at=utcnow())
+            )
+    except DBAPIError as exc:
+        log.warning("event %s left queued (%s); the sweep sends it once its queue is idle", row_id, type(exc).__name__)
 
 
 # --------------------------------------------------------------------- run

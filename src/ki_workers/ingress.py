@@ -30,14 +30,15 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import text
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.background import BackgroundTask
 
 from ki_core.config import Settings, get_settings
 from ki_core.db import engine_from_settings, session_factory
+from ki_core.models import EventStatus
 from ki_core.openapi import without_validation_422
 from ki_workers import telemetry
 from ki_workers.event_inbox import AcceptOutcome, Accepted, UnknownSource, accept_event, dispatch_events, dms_source
@@ -93,6 +94,10 @@ class IngressState:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     # name -> Source row id, looked up (or created) on a source's first event
     source_ids: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def engine(self) -> Engine:
+        return self.sessions.kw["bind"]
 
     def __post_init__(self) -> None:
         self.requests = Counter(
@@ -196,7 +201,7 @@ async def _receive(state: IngressState, source: str, request: Request) -> Respon
             status_code=200,
         )
     # After the answer, in the threadpool: with `broker.eager` the hand-over is the whole processing.
-    hand_over = BackgroundTask(dispatch_events, settings, state.sessions, {accepted.row_id: event.type})
+    hand_over = BackgroundTask(dispatch_events, settings, state.sessions, {accepted.row_id: event.type}, queued=True)
     return JSONResponse(
         {"status": "accepted", "event_id": event.event_id, "id": accepted.row_id}, status_code=202, background=hand_over
     )
@@ -225,16 +230,28 @@ def decode_json(body: bytes) -> Any:
 
 
 def store_event(state: IngressState, source_name: str, event) -> Accepted:
-    """The event row, committed: after this returns, the event cannot be lost."""
-    try:
-        with state.sessions() as session, session.begin():
+    """The event row, committed as `queued`: after this returns, the event cannot be lost.
+
+    Written as queued because the hand-over right after the answer publishes it
+    (and sets it back to received if the broker refuses); a process that dies
+    in between leaves a queued row the sweep re-sends once its queue is idle.
+    A pooled connection the database dropped (a restart) is retried once on a
+    fresh one; the engine does not ping before every event.
+    """
+    for attempt in (1, 2):
+        try:
             source_id = state.source_ids.get(source_name)
             if source_id is None:
-                source_id = state.source_ids[source_name] = dms_source(session, source_name, state.settings).id
-            return accept_event(session, source_id, event)
-    except DATABASE_ERRORS as exc:
-        log.warning("event %s not stored (%s)", event.event_id, type(exc).__name__)
-        raise InboxUnavailable("the event store is unavailable; retry later") from exc
+                with state.sessions() as session, session.begin():
+                    source_id = state.source_ids[source_name] = dms_source(session, source_name, state.settings).id
+            with state.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+                return accept_event(connection, source_id, event, status=EventStatus.QUEUED)
+        except DATABASE_ERRORS as exc:
+            if attempt == 1 and isinstance(exc, DBAPIError) and exc.connection_invalidated:
+                continue
+            log.warning("event %s not stored (%s)", event.event_id, type(exc).__name__)
+            raise InboxUnavailable("the event store is unavailable; retry later") from exc
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 # ------------------------------------------------------------------ health
@@ -359,7 +376,7 @@ def _quantile(values: list[float], q: float) -> float:
 def create_ingress_app(settings: Settings | None = None) -> FastAPI:
     """The ingress as an ASGI app: the router, and the event schema in the OpenAPI document."""
     settings = settings or get_settings()
-    engine = engine_from_settings(settings)
+    engine = engine_from_settings(settings, pre_ping=False)  # store_event retries a dropped connection once
     state = IngressState(settings=settings, sessions=session_factory(engine))
 
     @asynccontextmanager

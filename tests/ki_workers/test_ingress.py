@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from ki_core.config import load_settings
 from ki_core.db import make_engine, session_factory
@@ -289,3 +289,28 @@ def test_a_worker_process_never_loads_the_web_stack() -> None:
     probe = "import sys, ki_workers.tasks, ki_workers.sweep; print(sorted(m for m in ('fastapi', 'starlette', 'ki') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_an_event_the_broker_refused_is_set_back_to_received_for_the_sweep(configure, committed_pg_url) -> None:
+    """Written queued (one transaction per event); when the publish fails it is received again, which the
+    sweep sends at once, however long the queue."""
+    with TestClient(create_ingress_app(configure(KI_BROKER__URL="redis://127.0.0.1:1/0"))) as no_broker:
+        data = acl_changed("A-1", [])
+        assert post(no_broker, data).status_code == 202
+    [row] = rows(committed_pg_url, data["event_id"])
+    assert row.status == EventStatus.RECEIVED
+
+
+def test_a_connection_the_database_dropped_is_retried_once_not_answered_503(client, committed_pg_url) -> None:
+    assert post(client, acl_changed("A-1", [])).status_code == 202
+    engine = make_engine(committed_pg_url)
+    try:
+        with engine.begin() as conn:  # what a PostgreSQL restart does to the ingress's pooled connections
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                              "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+    finally:
+        engine.dispose()
+    data = acl_changed("A-2", [])
+    response = post(client, data)
+    assert response.status_code == 202, response.text
+    assert len(rows(committed_pg_url, data["event_id"])) == 1

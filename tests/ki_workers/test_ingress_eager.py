@@ -167,10 +167,10 @@ def test_an_event_a_crash_left_open_is_taken_up_when_the_server_starts_again(
     """No beat runs beside `ki serve` on the embedded default: the server sweeps itself at start."""
     data = upserted("R-1")
     with monkeypatch.context() as crashed:  # accepted and committed, then the process died before processing
-        crashed.setattr(ingress, "dispatch_events", lambda *args: 0)
+        crashed.setattr(ingress, "dispatch_events", lambda *args, **kwargs: 0)
         with TestClient(create_ingress_app(settings)) as first:
             assert post(first, data).status_code == 202
-    assert event_row(data["event_id"]).status == EventStatus.RECEIVED
+    assert event_row(data["event_id"]).status == EventStatus.QUEUED, "written queued: the hand-over never ran"
     long_ago = utcnow() - timedelta(seconds=settings.sweep.event_redispatch_after_seconds + 60)
     with worker_context().sessions() as session, session.begin():
         session.execute(update(IngestEvent).values(received_at=long_ago, updated_at=long_ago))
