@@ -129,10 +129,15 @@ NOT_FOUND = {404: _error("No such document, or not visible to the caller (the tw
 async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
     """400 naming each bad field (FastAPI's default is 422; our clients expect 400 for bad input)."""
     problems = [
-        {"field": ".".join(str(p) for p in error["loc"] if p != "body"), "problem": error["msg"]}
+        {"field": _printable(".".join(str(p) for p in error["loc"] if p != "body")), "problem": _printable(error["msg"])}
         for error in exc.errors()
     ]
     return JSONResponse({"detail": "invalid request", "errors": problems}, status_code=400)
+
+
+def _printable(text: str) -> str:
+    """A field name from the request may hold a lone surrogate: escaped, so the answer is valid UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _handler(status: int):

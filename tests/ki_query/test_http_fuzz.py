@@ -49,6 +49,12 @@ def test_any_body_on_any_route_is_never_a_5xx(client: TestClient, route: str, da
     assert answered_without_a_bug(response.status_code), (route, body, response.status_code, response.text[:300])
 
 
+def test_a_field_name_with_a_lone_surrogate_is_a_400(client: TestClient) -> None:
+    response = client.post("/v1/search", content=b'{"query": "Miete", "\\ud800": 1}', headers=AS_ANNA)
+    assert response.status_code == 400
+    assert "unicode" in response.json()["errors"][0]["problem"]
+
+
 @FUZZ
 @given(segment=NASTY_STRINGS.filter(bool), depth=st.one_of(st.integers(-5, 10), NASTY_STRINGS))
 def test_hostile_document_ids_and_parameters_are_never_a_5xx(client: TestClient, segment: str, depth) -> None:

@@ -37,6 +37,12 @@ def test_a_signed_body_of_anything_is_never_a_5xx(client, body: bytes) -> None: 
     assert answered_without_a_bug(response.status_code), (response.status_code, body[:200], response.text[:300])
 
 
+def test_a_key_with_a_lone_surrogate_is_named_escaped_in_the_400(client) -> None:  # noqa: F811
+    response = post(client, b'{"\\ud800": {"\\u0000": null}}')
+    assert response.status_code == 400
+    assert {e["path"] for e in response.json()["errors"]} >= {"\\ud800"}
+
+
 @FUZZ
 @given(timestamp=NASTY_STRINGS, signature=NASTY_STRINGS, source=NASTY_STRINGS.filter(lambda s: "/" not in s and s))
 def test_hostile_headers_and_sources_are_refused_not_crashed_on(client, timestamp, signature, source) -> None:  # noqa: F811

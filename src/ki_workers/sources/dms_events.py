@@ -210,8 +210,9 @@ class EventSchemaError(ValueError):
     """A payload that is not a valid event; `problems` are (field path, message) pairs."""
 
     def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+        # A path may hold a key with a lone surrogate: escaped, so the 400 can be written as UTF-8.
+        self.problems = [(path.encode("utf-8", "backslashreplace").decode("utf-8"), message) for path, message in problems]
+        super().__init__("; ".join(f"{path}: {message}" for path, message in self.problems))
 
 
 def parse_event(data: Any) -> DmsEvent:
