@@ -16,7 +16,14 @@ from ki_core.llm import GatewayError
 from ki_core.search.embedded import IndexLockedError
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
 from ki_query.identity import Forbidden, Unauthenticated
-from ki_query.types import DocumentNotFound, InvalidDecision, InvalidFilters, TraversalTooDeep, WindowTooDeep
+from ki_query.types import (
+    DocumentNotFound,
+    InvalidDecision,
+    InvalidFilters,
+    QueryTooLong,
+    TraversalTooDeep,
+    WindowTooDeep,
+)
 from ki_workers.sources.local_fs import ManifestError
 from ki_query.corpus_errors import (
     CorpusEmbeddingMismatch,
@@ -49,6 +56,7 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (GatewayError, EXIT_UNAVAILABLE),
     (ManifestError, EXIT_FAILED),
     (WindowTooDeep, EXIT_FAILED),
+    (QueryTooLong, EXIT_CONFIG),  # a usage error: the same query will never pass
     (TraversalTooDeep, EXIT_FAILED),
     (ResultWindowTooDeep, EXIT_FAILED),
     (InvalidFilters, EXIT_FAILED),

@@ -53,6 +53,9 @@ class RetrievalSettings(_Section):
     vector_space_type: Literal["cosinesimil", "innerproduct", "l2"] = "cosinesimil"
     hnsw_m: int = Field(default=16, gt=0)
     hnsw_ef_construction: int = Field(default=128, gt=0)
+    # Not in the spec's table: the longest query accepted (longer is refused, 400 / exit 2). A query
+    # is embedded under the model's lock; a pasted brief of 60,000 characters held it for a minute.
+    max_query_chars: int = Field(default=4000, gt=0)
     chunk_chars: int = Field(default=1200, gt=0)
     chunk_overlap_chars: int = Field(default=120, ge=0)
     chunk_contextualize: bool = True

@@ -21,6 +21,7 @@ from ki_core.embedding import Embedder
 from ki_query.corpora import CorpusRegistry, FirmIndexCorpus, FirmSearchService, UnknownCorpus
 from ki_query.federation import FederatedRetriever
 from ki_query.federation_providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise
+from ki_query.types import check_query_length
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class FederatedSearch:
         explain: bool = False,
     ) -> FederatedAnswer:
         """Federated hits for the caller; statute corpora are public, the firm's index needs principals."""
+        check_query_length(question, self.settings.retrieval.max_query_chars)
         federation = self.retriever(corpora)
         hits = federation.query(question, top_k=top_k, principals=list(principals))
         return FederatedAnswer(

@@ -28,6 +28,7 @@ from ki_query.types import (
     InvalidFilters,
     NewDecision,
     QueryText,
+    QueryTooLong,
     RecordId,
     SearchRequest,
     TraversalTooDeep,
@@ -44,7 +45,7 @@ INSTRUCTIONS = (
 
 # What a tool call may be refused with, as the HTTP API answers them with a 4xx or 503.
 REFUSALS = (
-    WindowTooDeep, TraversalTooDeep, ResultWindowTooDeep, InvalidFilters, InvalidDecision, DocumentNotFound,
+    WindowTooDeep, QueryTooLong, TraversalTooDeep, ResultWindowTooDeep, InvalidFilters, InvalidDecision, DocumentNotFound,
     Forbidden, Unauthenticated, SearchBackendError, IndexMappingMismatch, GatewayError,
 )
 

@@ -67,6 +67,7 @@ from ki_query.types import (
     StepTimings,
     TraversalResult,
     check_filters,
+    check_query_length,
     check_window,
 )
 from ki_query.verification import (
@@ -131,8 +132,9 @@ class RetrievalService:
     # ------------------------------------------------------------------ search
 
     def search(self, request: SearchRequest, principals: Iterable[str]) -> SearchResponse:
-        """The query path, steps 1-8 of spec/retrieval.md; raises WindowTooDeep before any work."""
+        """The query path, steps 1-8 of spec/retrieval.md; raises WindowTooDeep or QueryTooLong before any work."""
         check_window(request.offset, request.limit)
+        check_query_length(request.query, self.settings.retrieval.max_query_chars)
         filters = check_filters(request.filters)
         principals = _as_list(principals)
         clock = StepClock()
@@ -327,6 +329,7 @@ class RetrievalService:
     # ------------------------------------------------------------------ decisions
 
     def search_decisions(self, query: str, principals: Iterable[str], limit: int = DEFAULT_LIMIT) -> list[DecisionHit]:
+        check_query_length(query, self.settings.retrieval.max_query_chars)
         principals = _as_list(principals)
         scope = self.access.compile_scope(principals).filter
         with self._session() as session:

@@ -95,6 +95,21 @@ class InvalidDecision(ValueError):
     """A decision record names evidence that does not exist or says nothing."""
 
 
+class QueryTooLong(ValueError):
+    """A query longer than retrieval.max_query_chars (HTTP 400, CLI exit 2)."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(
+            f"query is {length:,} characters, more than retrieval.max_query_chars = {limit:,}; "
+            "search for the passage's key terms or an identifier instead"
+        )
+
+
+def check_query_length(query: str, limit: int) -> None:
+    if len(query) > limit:
+        raise QueryTooLong(len(query), limit)
+
+
 def check_window(offset: int, limit: int) -> None:
     if offset + limit > MAX_RANKED_WINDOW:
         raise WindowTooDeep(offset, limit)

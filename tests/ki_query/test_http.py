@@ -211,3 +211,12 @@ def test_search_filter_lists_newest_first(client: TestClient) -> None:
     assert response.status_code == 200
     dates = [h["citation"]["version"]["doc_date"] for h in response.json()["hits"] if h["citation"]["version"]["doc_date"]]
     assert dates == sorted(dates, reverse=True) and dates
+
+
+def test_a_query_longer_than_the_limit_is_400_naming_the_setting_before_any_work(client: TestClient) -> None:
+    long = "Mietvertrag " * 400  # 4,800 characters: a pasted brief, not a query
+    for route in ("/v1/search", "/v1/decisions/search"):
+        response = client.post(route, json={"query": long}, headers={"X-API-Key": ANNA_KEY})
+        assert response.status_code == 400, route
+        assert "retrieval.max_query_chars = 4,000" in response.json()["detail"]
+    assert _search(client, {"X-API-Key": ANNA_KEY}, query="Mietvertrag " * 300).status_code == 200

@@ -84,8 +84,9 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
 ) -> None:
     """Search the index as a principal: access scope first, then the three legs, fusion and verification."""
-    from ki_query.types import SearchRequest
+    from ki_query.types import SearchRequest, check_query_length
 
+    check_query_length(query, load_settings().retrieval.max_query_chars)  # before the index is opened
     filters = _filters(project, matter, doc_type, status, language, _parse_date(date_from), _parse_date(date_to), clause_type, chunk_kind)
     response = _service().search(SearchRequest(query=query, filters=filters, offset=offset, limit=limit, explain=explain), as_)
     if as_json:
@@ -176,6 +177,9 @@ def decisions_add(
 @cli_errors
 def decisions_search(query: str, as_: list[str] = typer.Option(..., "--as", help=AS_HELP), limit: int = 10) -> None:
     """Decision records matching the words, if the caller may see all of their evidence."""
+    from ki_query.types import check_query_length
+
+    check_query_length(query, load_settings().retrieval.max_query_chars)
     hits = _service().search_decisions(query, as_, limit)
     table = Table(title=f"decisions for {query!r}")
     for column in ("score", "locus", "change", "rationale"):
