@@ -314,3 +314,13 @@ def test_a_connection_the_database_dropped_is_retried_once_not_answered_503(clie
     response = post(client, data)
     assert response.status_code == 202, response.text
     assert len(rows(committed_pg_url, data["event_id"])) == 1
+
+
+def test_a_database_gone_right_after_the_publish_does_not_break_the_hand_over(configure, redis_client, tmp_path) -> None:
+    """The replay and sweep paths mark a published row queued; when the database went away in between,
+    the message is out and the row is only sent once more by the sweep: no exception escapes."""
+    from ki_workers.event_inbox import dispatch_events
+
+    gone = session_factory(make_engine(f"sqlite:///{tmp_path}"))  # a directory: every connection fails
+    assert dispatch_events(configure(), gone, {"0" * 32: "acl.changed"}) == 1
+    assert queued_messages(redis_client, "ki.access") == [("ki.process_access_event", ["0" * 32])]
