@@ -21,6 +21,7 @@ from ki_core.acl import (
     canonical_principals,
     expand_groups,
     in_set,
+    paths_by_stored_name,
     principal_aliases,
     viewer_of,
     visible_versions,
@@ -120,7 +121,8 @@ def explain_document(
     project = session.get(Project, document.project_id)
     paths = expand_groups(session, canonical_principals([principal], settings), principal_aliases(settings))
     viewer = viewer_of(frozenset(paths), settings)
-    facts = _version_facts(session, document, paths)
+    # Grants are stored under the names given; each stored name of E narrates with its principal's path.
+    facts = _version_facts(session, document, paths_by_stored_name(paths, principal_aliases(settings)))
     sql_visible = visible_versions(session, viewer, [f.version_id for f in facts])
     versions = tuple(_explain_version(f, viewer, settings, f.version_id in sql_visible) for f in facts)
     return AccessExplanation(
