@@ -24,6 +24,23 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"ki (legalmemory-ki) {version('legalmemory-ki')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    _version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                  help="Print the installed version and exit."),
+) -> None:
+    """LegalMemory knowledge index: ingest a firm's documents and search them without ever showing a
+    document the caller may not see."""
+
+
 for _module in (config_commands, store_commands, demo_commands, ingest_commands, query_commands, identifiers_commands,
                 access_commands, corpus_commands, ask_commands, eval_commands, events_commands):
     _module.register(app)
