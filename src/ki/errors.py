@@ -94,6 +94,9 @@ def cli_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except Exception as exc:
+            if _schema_missing(exc):
+                _stderr.print(f"[bold red]error:[/] {_no_store_message()}", highlight=False, markup=True)
+                raise typer.Exit(EXIT_CONFIG) from None
             code = exit_code_for(exc)
             if code is None:
                 raise
@@ -101,3 +104,25 @@ def cli_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(code) from None
 
     return wrapper
+
+
+def _schema_missing(exc: BaseException) -> bool:
+    """The database has no tables yet: SQLite's "no such table", PostgreSQL's undefined_table (42P01)."""
+    from sqlalchemy.exc import DBAPIError
+
+    if not isinstance(exc, DBAPIError):
+        return False
+    return "no such table" in str(exc.orig) or getattr(exc.orig, "sqlstate", None) == "42P01"
+
+
+def _no_store_message() -> str:
+    from ki_core.config import load_settings
+
+    try:
+        url = load_settings().database_url
+    except ConfigError:
+        url = "the configured database"
+    from sqlalchemy.engine import make_url
+
+    where = make_url(url).render_as_string(hide_password=True) if "://" in url else url
+    return f"no knowledge index store in {where} yet: run `ki init` to create it (or set database.url)"

@@ -56,3 +56,40 @@ def test_a_query_longer_than_the_limit_exits_2_in_one_line_before_touching_the_i
                                 env={"KI_EMBEDDING__PROVIDER": "hashing", "KI_STATE_DIR": str(tmp_path)})
     assert result.exit_code == EXIT_CONFIG, result.output
     assert "retrieval.max_query_chars" in result.output and "Traceback" not in result.output
+
+
+def test_a_command_before_ki_init_says_where_it_looked_and_what_to_run(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from ki.cli import app
+
+    env = {"KI_EMBEDDING__PROVIDER": "hashing", "KI_STATE_DIR": str(tmp_path / "state")}
+    for command in (["status"], ["access", "list"]):
+        result = CliRunner().invoke(app, command, env=env)
+        assert result.exit_code == EXIT_CONFIG, (command, result.output)
+        assert "no knowledge index store in sqlite:///" in result.output and "run `ki init`" in result.output
+        assert "Traceback" not in result.output
+
+
+def test_an_empty_postgresql_database_is_recognized_as_no_store(pg_template) -> None:
+    import uuid
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from ki.errors import _schema_missing
+    from ki_core.db import make_engine
+    from tests.conftest import create_database, drop_database
+
+    name = f"ki_empty_{uuid.uuid4().hex[:12]}"
+    engine = make_engine(create_database(name))
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1 FROM document_versions"))
+    except DBAPIError as exc:
+        assert _schema_missing(exc)
+    else:
+        raise AssertionError("an empty database has no document_versions")
+    finally:
+        engine.dispose()
+        drop_database(name)
