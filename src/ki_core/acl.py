@@ -457,21 +457,21 @@ def access_projection(
     for vid, principal in session.execute(_granted_principals_stmt(ids, GrantEffect.DENY)):
         denied[vid].add(aliases.get(principal, principal))
     if aliased:
-        for principal, vids in _aliased_viewers(session, ids, aliases, acl_mode).items():
+        for principal, vids in _aliased_viewers(session, ids, aliases, aliased, acl_mode).items():
             for vid in vids:
                 allowed[vid].add(principal)
     return {vid: (tuple(sorted(allowed[vid])), tuple(sorted(denied[vid]))) for vid in ids}
 
 
 def _aliased_viewers(
-    session: Session, version_ids: list[str], aliases: Mapping[str, str], acl_mode: AclMode
+    session: Session, version_ids: list[str], aliases: Mapping[str, str], aliased: set[str], acl_mode: AclMode
 ) -> dict[str, set[str]]:
     """{canonical principal: versions it sees} for allow-granted principals known under several names.
 
     Evaluated per principal with all its names, since the one-name SQL above
-    cannot join an allow under one name with a deny under another.
+    cannot join an allow under one name with a deny under another. `aliased`:
+    every name that is an alias or the target of one.
     """
-    aliased = set(aliases) | set(aliases.values())
     granted = {principal for _vid, principal in session.execute(_granted_principals_stmt(version_ids, GrantEffect.ALLOW))}
     principals = {aliases.get(name, name) for name in granted & aliased}
     return {

@@ -16,57 +16,27 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ki_core.config import Settings
-from ki_core.openapi import without_validation_422
-from ki_core.llm import GatewayError
 from ki_core.models import RelationKind
-from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError, SearchFilters
+from ki_core.openapi import without_validation_422
+from ki_core.search.types import SearchFilters
 from ki_query.graph import MAX_TRAVERSAL_DEPTH
-from ki_query.identity import Forbidden, Identity, Unauthenticated, resolve_identity
+from ki_query.identity import Identity, resolve_identity
+from ki_query.refusals import REFUSAL_STATUS, refusal_reason
 from ki_query.retrieval import RetrievalService
 from ki_query.types import (
     DecisionHit,
-    DocumentNotFound,
     DocumentView,
-    InvalidDecision,
-    InvalidFilters,
     NewDecision,
     QueryText,
-    QueryTooLong,
     RecordId,
     RelatedDocument,
     SearchRequest,
     SearchResponse,
     TraversalResult,
-    TraversalTooDeep,
-    WindowTooDeep,
 )
 
-STATUS_FOR: list[tuple[type[BaseException], int]] = [
-    (Unauthenticated, 401),
-    (Forbidden, 403),
-    (DocumentNotFound, 404),
-    (WindowTooDeep, 400),
-    (QueryTooLong, 400),
-    (TraversalTooDeep, 400),
-    (ResultWindowTooDeep, 400),
-    (InvalidFilters, 400),
-    (InvalidDecision, 400),
-    (GatewayError, 502),
-    (SearchBackendError, 503),
-    (IndexMappingMismatch, 503),
-    # The database went away or its pool is exhausted: retry later (a malformed value is refused before SQL).
-    (OperationalError, 503),
-    (InterfaceError, 503),
-    (PoolTimeout, 503),
-]
-
-
-# Their messages hold SQL and connection details: the caller gets a plain reason instead.
-DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, PoolTimeout)
 
 
 class FilterSearchRequest(BaseModel):
@@ -99,7 +69,7 @@ def create_query_app(settings: Settings, service: Callable[[], RetrievalService]
     """
     app = FastAPI(title="LegalMemory knowledge index: query API", version="1")
     app.include_router(query_router(settings, service, prefix))
-    for exc_type, status in STATUS_FOR:
+    for exc_type, status in REFUSAL_STATUS:
         app.add_exception_handler(exc_type, _handler(status))
     app.add_exception_handler(RequestValidationError, _invalid_request)
     without_validation_422(app)
@@ -145,8 +115,7 @@ def _printable(text: str) -> str:
 def _handler(status: int):
     async def handle(_request: Request, exc: Exception) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        detail = "the database is unavailable; retry later" if isinstance(exc, DATABASE_UNAVAILABLE) else str(exc)
-        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+        return JSONResponse({"detail": refusal_reason(exc)}, status_code=status, headers=headers)
 
     return handle
 

@@ -18,35 +18,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ValidationError
 
 from ki_core.models import RelationKind
-from ki_core.llm import GatewayError
-from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
-from ki_query.identity import Forbidden, Identity, Unauthenticated
+from ki_query.identity import Identity
+from ki_query.refusals import REFUSALS, refusal_reason
 from ki_query.retrieval import RetrievalService
-from ki_query.types import (
-    DocumentNotFound,
-    InvalidDecision,
-    InvalidFilters,
-    NewDecision,
-    QueryText,
-    QueryTooLong,
-    RecordId,
-    SearchRequest,
-    TraversalTooDeep,
-    WindowTooDeep,
-    parse_filters,
-)
+from ki_query.types import NewDecision, QueryText, RecordId, SearchRequest, parse_filters
 
 SERVER_NAME = "legalmemory-ki"
 INSTRUCTIONS = (
     "Search a law firm's documents (contracts, letters, memos, court decisions) within the "
     "caller's access rights. Every hit carries a citation (project, document, version, source). "
     "Paste case numbers (Aktenzeichen) or statute references verbatim: an identifier leg matches them."
-)
-
-# What a tool call may be refused with, as the HTTP API answers them with a 4xx or 503.
-REFUSALS = (
-    WindowTooDeep, QueryTooLong, TraversalTooDeep, ResultWindowTooDeep, InvalidFilters, InvalidDecision, DocumentNotFound,
-    Forbidden, Unauthenticated, SearchBackendError, IndexMappingMismatch, GatewayError,
 )
 
 # The principals one tool call acts for; raises rather than return a default.
@@ -71,7 +52,7 @@ def refusals_as_tool_errors(tool: Callable) -> Callable:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
             raise ToolError(f"invalid arguments: {problems}") from None
         except REFUSALS as exc:
-            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+            raise ToolError(f"{type(exc).__name__}: {refusal_reason(exc)}") from None
 
     return run
 

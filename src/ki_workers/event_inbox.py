@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections import defaultdict
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
@@ -399,7 +399,6 @@ class WaitingEvent:
     status: EventStatus
     event_type: str
     attempts: int
-    error: str | None
 
 
 def redispatch_delay(base: timedelta, attempts: int) -> timedelta:
@@ -415,8 +414,7 @@ def events_due(session: Session, base: timedelta, limit: int = 1000) -> list[Wai
     """
     now = utcnow()
     rows = session.execute(
-        select(IngestEvent.id, IngestEvent.status, IngestEvent.event_type, IngestEvent.attempts,
-               IngestEvent.error, IngestEvent.updated_at)
+        select(IngestEvent.id, IngestEvent.status, IngestEvent.event_type, IngestEvent.attempts, IngestEvent.updated_at)
         .where(
             (IngestEvent.status.in_(OPEN_STATUSES))
             | ((IngestEvent.status == EventStatus.FAILED) & IngestEvent.transient.is_(True)),
@@ -426,8 +424,8 @@ def events_due(session: Session, base: timedelta, limit: int = 1000) -> list[Wai
         .limit(limit)
     )
     return [
-        WaitingEvent(row_id, status, event_type, attempts, error)
-        for row_id, status, event_type, attempts, error, updated_at in rows
+        WaitingEvent(row_id, status, event_type, attempts)
+        for row_id, status, event_type, attempts, updated_at in rows
         if _aware(updated_at) < now - redispatch_delay(base, attempts)
     ]
 

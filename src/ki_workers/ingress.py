@@ -297,6 +297,10 @@ def _index_ok(settings: Settings, sessions) -> str:
 # ----------------------------------------------------------------- metrics
 
 
+def _broker_up(answered: bool) -> GaugeMetricFamily:
+    return GaugeMetricFamily("ki_broker_up", "1 when the broker answered this scrape", value=int(answered))
+
+
 class PipelineCollector(Collector):
     """Figures read at scrape time from SQL and Redis, so every worker's work shows here."""
 
@@ -347,9 +351,9 @@ class PipelineCollector(Collector):
             states = telemetry.task_states(client)
         except Exception as exc:  # noqa: BLE001 - a scrape must not fail because the broker blinked
             log.warning("metrics: broker unavailable (%s: %s)", type(exc).__name__, exc)
-            yield GaugeMetricFamily("ki_broker_up", "1 when the broker answered this scrape", value=0)
+            yield _broker_up(False)
             return
-        yield GaugeMetricFamily("ki_broker_up", "1 when the broker answered this scrape", value=1)
+        yield _broker_up(True)
         queue = GaugeMetricFamily("ki_queue_depth", "Messages waiting per queue", labels=["queue"])
         for name, depth in depths.items():
             queue.add_metric([name], depth)
