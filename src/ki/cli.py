@@ -1,4 +1,9 @@
-"""The `ki` command line: one typer app, command groups registered from ki.commands."""
+"""The `ki` command line: one typer app, command groups registered from ki.commands.
+
+Building the app must stay cheap, since `ki --help` builds all of it: command
+modules import their database, index and server libraries inside the commands
+(tests/ki/test_cli_startup.py pins that; bench/cli_startup.py times it).
+"""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import select
 
+from ki.commands import progress_report
 from ki_core.grants import GrantTarget, grant
 from ki_core.models import (
     Document,
@@ -79,16 +79,14 @@ def run_tour(ctx: WorkerContext, examples: Path, console: Console) -> list[str]:
 
 def ingest_projects(tour: Tour) -> None:
     tour.console.rule("1. Ingest the example corpus")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=tour.console) as progress:
-        for project in tour.plan["projects"]:
-            folder = tour.examples / project["folder"]
-            total = sum(1 for p in folder.rglob("*") if p.is_file()) - 1
-            task = progress.add_task(project["name"], total=total)
+    for project in tour.plan["projects"]:
+        folder = tour.examples / project["folder"]
+        total = sum(1 for p in folder.rglob("*") if p.is_file()) - 1  # ki-manifest.json is not a document
+        with progress_report(tour.console, f"ingest {project['name']}", "files", total) as progress:
             summary = sync_folder(tour.ctx, folder, project["name"], project.get("matter"),
-                                  on_file=lambda *_args, t=task: progress.advance(t))
-            progress.update(task, completed=total)
-            tour.check(not summary.errors, f"{project['name']}: {summary.files} files, no conversion errors")
+                                  on_file=lambda relative, _result: progress.advance(current=relative))
+            progress.update(total)
+        tour.check(not summary.errors, f"{project['name']}: {summary.files} files, no conversion errors")
 
 
 def apply_grants(tour: Tour) -> None:

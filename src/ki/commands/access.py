@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.orm import Session
 
 from ki.errors import cli_errors
-from ki_core import grants
-from ki_core.config import Settings, load_settings
-from ki_core.db import engine_from_settings, session_factory, transaction
-from ki_core.models import GrantEffect
-from ki_query.access_explain import AccessExplanation, VersionExplanation
-from ki_query.scope import AccessService
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from ki_core import grants
+    from ki_core.config import Settings
+    from ki_core.models import GrantEffect
+    from ki_query.access_explain import AccessExplanation, VersionExplanation
 
 access_app = typer.Typer(
     help="Who may see what: project and document grants, and why a document is visible or not.",
@@ -31,6 +33,8 @@ DENY = typer.Option(False, "--deny", help="A deny grant: it wins over every allo
 
 @contextmanager
 def _session(settings: Settings) -> Iterator[Session]:
+    from ki_core.db import engine_from_settings, session_factory, transaction
+
     engine = engine_from_settings(settings)
     try:
         with transaction(session_factory(engine)) as session:
@@ -41,6 +45,8 @@ def _session(settings: Settings) -> Iterator[Session]:
 
 def _target(session: Session, project: str, document: str | None) -> tuple[grants.GrantTarget, str]:
     """The grant target and how to name it in messages: 'project' or 'project/key'."""
+    from ki_core import grants
+
     found = grants.resolve_project(session, project)
     if document is None:
         return grants.GrantTarget.project(found.id), found.name
@@ -49,6 +55,8 @@ def _target(session: Session, project: str, document: str | None) -> tuple[grant
 
 
 def _effect(deny: bool) -> GrantEffect:
+    from ki_core.models import GrantEffect
+
     return GrantEffect.DENY if deny else GrantEffect.ALLOW
 
 
@@ -57,6 +65,9 @@ def _effect(deny: bool) -> GrantEffect:
 def grant(principal: str = PRINCIPAL, project: str = PROJECT, document: str | None = DOCUMENT,
           deny: bool = DENY) -> None:
     """Allow (or with --deny, deny) PRINCIPAL on a project or one of its documents."""
+    from ki_core import grants
+    from ki_core.config import load_settings
+
     settings = load_settings()
     with _session(settings) as session:
         target, where = _target(session, project, document)
@@ -70,6 +81,9 @@ def grant(principal: str = PRINCIPAL, project: str = PROJECT, document: str | No
 def revoke(principal: str = PRINCIPAL, project: str = PROJECT, document: str | None = DOCUMENT,
            deny: bool = DENY) -> None:
     """Remove PRINCIPAL's allow (or with --deny, its deny) on a project or document."""
+    from ki_core import grants
+    from ki_core.config import load_settings
+
     settings = load_settings()
     with _session(settings) as session:
         target, where = _target(session, project, document)
@@ -89,6 +103,10 @@ def list_(
     mirrored: bool = typer.Option(False, "--mirrored", help="Also list source-object grants mirrored from sources."),
 ) -> None:
     """List grants, local ones by default."""
+    from ki_core import grants
+    from ki_core.config import load_settings
+    from ki_core.models import GrantEffect
+
     settings = load_settings()
     with _session(settings) as session:
         project_id = grants.resolve_project(session, project).id if project else None
@@ -117,6 +135,10 @@ def explain(
     document: str = typer.Argument(..., help="Document id, or project/key."),
 ) -> None:
     """Show, per version, the rule that makes DOCUMENT visible to PRINCIPAL or hides it."""
+    from ki_core import grants
+    from ki_core.config import load_settings
+    from ki_query.scope import AccessService
+
     settings = load_settings()
     with _session(settings) as session:
         document_id = grants.resolve_document(session, document).id

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ki.errors import cli_errors
-from ki_core.config import load_settings
-from ki_query.federated_search import FederatedAnswer, FederatedSearch, firm_service_from_settings
+
+if TYPE_CHECKING:
+    from ki_query.federated_search import FederatedAnswer
 
 EXCERPT_CHARS = 160
 
@@ -26,6 +27,9 @@ def ask(
     explain: Annotated[bool, typer.Option("--explain", help="Show corpus selection and diagnostics.")] = False,
 ) -> None:
     """Ask every selected corpus at once; hits show corpus, address, retrieval kinds and score."""
+    from ki_core.config import load_settings
+    from ki_query.federated_search import FederatedSearch, firm_service_from_settings
+
     settings = load_settings()
     firm_service = firm_service_from_settings(settings) if not corpora or "firm" in corpora else None
     search = FederatedSearch.from_settings(settings, firm_service=firm_service)

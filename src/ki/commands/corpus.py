@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ki.commands import progress_report
 from ki.errors import cli_errors
-from ki_core.config import load_settings
-from ki_core.db import engine_from_settings, session_factory
-from ki_core.embedding import embedder_from_settings
-from ki_core.migrate import upgrade_to_head
-from ki_core.models.corpora import CorpusKind
-from ki_query.corpora import CorpusRegistry
-from ki_query.corpus_loader import load_corpus
+
+# The values of ki_core.models.corpora.CorpusKind, spelled out so the CLI need not import the ORM
+# (SQLAlchemy, ~0.5 s) to build its options; tests/ki/test_cli_startup.py keeps the two equal.
+CorpusKindName = Literal["statutes", "contracts", "guidelines"]
 
 corpus_app = typer.Typer(help="Statute, contract and guideline corpora searched next to the firm's index.",
                          no_args_is_help=True)
@@ -35,24 +32,29 @@ def load(
     name: Annotated[str, typer.Argument(help="Corpus id, e.g. 'statutes' or 'hilfsmittel-rv'.")],
     files: Annotated[list[Path], typer.Argument(help="Statute-format .jsonl or .jsonl.gz files.", exists=True,
                                                 dir_okay=False)],
-    kind: Annotated[CorpusKind, typer.Option(help="What the corpus holds.")] = CorpusKind.STATUTES,
+    kind: Annotated[CorpusKindName, typer.Option(help="What the corpus holds.")] = "statutes",
     default_container: Annotated[str | None, typer.Option(
         "--default-container", help="The container a bare '§ 10' means (default: the only one, if one).")] = None,
     title: Annotated[str | None, typer.Option(help="Name shown in answers and matched in questions.")] = None,
 ) -> None:
     """Register NAME and (re)load the containers in FILES into its own index. Safe to repeat."""
+    from ki_core.config import load_settings
+    from ki_core.db import engine_from_settings, session_factory
+    from ki_core.embedding import embedder_from_settings
+    from ki_core.migrate import upgrade_to_head
+    from ki_core.models.corpora import CorpusKind
+    from ki_query.corpus_loader import load_corpus
+
     settings = load_settings()
     upgrade_to_head(settings.database_url)
     engine = engine_from_settings(settings)
     embedder = embedder_from_settings(settings)
-    console = Console(stderr=True)
     try:
-        with _progress(console) as progress:
-            task = progress.add_task(f"embedding and indexing {name}", total=None)
+        stderr = Console(stderr=True)
+        with progress_report(stderr, f"embedding and indexing {name}", "units", transient=True) as progress:
             report = load_corpus(
-                settings, session_factory(engine), embedder, name, files, kind=kind,
-                default_container=default_container, title=title,
-                progress=lambda done, total: progress.update(task, completed=done, total=total),
+                settings, session_factory(engine), embedder, name, files, kind=CorpusKind(kind),
+                default_container=default_container, title=title, progress=progress.update,
             )  # fmt: skip
     finally:
         engine.dispose()
@@ -63,15 +65,15 @@ def load(
     )
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=console, transient=True)
-
-
 @corpus_app.command("list")
 @cli_errors
 def list_corpora(as_json: Annotated[bool, typer.Option("--json", help="Plain JSON.")] = False) -> None:
     """The registered corpora with their containers, units and embedding signature."""
+    from ki_core.config import load_settings
+    from ki_core.db import engine_from_settings, session_factory
+    from ki_core.embedding import embedder_from_settings
+    from ki_query.corpora import CorpusRegistry
+
     settings = load_settings()
     engine = engine_from_settings(settings)
     try:

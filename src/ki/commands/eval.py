@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ki.errors import cli_errors
-from ki_core.config import load_settings
-from ki_core.db import engine_from_settings, session_factory
-from ki_core.embedding import embedder_from_settings
-from ki_query.corpora import CorpusRegistry
-from ki_query.corpus_retriever import parse_legs
-from ki_query.evaluation import EvalReport, evaluate, load_queries, table_header, table_rows
+
+if TYPE_CHECKING:
+    from ki_query.evaluation import EvalReport
 
 HYBRID = "lexical,semantic,identifier"
 
@@ -35,6 +32,12 @@ def eval_command(
     as_json: Annotated[bool, typer.Option("--json", help="Plain JSON with per-query scores.")] = False,
 ) -> None:
     """Score a corpus's ranking, overall and per query type; exclude_ids are removed first."""
+    from ki_core.config import load_settings
+    from ki_core.db import engine_from_settings, session_factory
+    from ki_core.embedding import embedder_from_settings
+    from ki_query.corpora import CorpusRegistry
+    from ki_query.evaluation import evaluate, load_queries
+
     settings = load_settings()
     runs = legs or [HYBRID]
     try:
@@ -58,6 +61,8 @@ def eval_command(
 
 def run_label(legs: str) -> str:
     """'lexical', 'semantic', 'lexical+semantic', ...; all three legs are 'hybrid'."""
+    from ki_query.corpus_retriever import parse_legs
+
     chosen = parse_legs(legs)
     if chosen == parse_legs(None):
         return "hybrid"
@@ -65,6 +70,8 @@ def run_label(legs: str) -> str:
 
 
 def _print(corpus: str, reports: list[EvalReport], k: int) -> None:
+    from ki_query.evaluation import table_header, table_rows
+
     table = Table(title=f"retrieval eval of corpus {corpus} ({reports[0].count()} queries)")
     for column in table_header(k):
         table.add_column(column, justify="left" if column in ("legs", "type") else "right")

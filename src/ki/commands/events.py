@@ -11,16 +11,18 @@ import json
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import select
 
 from ki.commands.store import prepare_store
 from ki.errors import cli_errors
-from ki_core.config import load_settings
-from ki_core.models import EventStatus, IngestEvent
+
+# The values of ki_core.models.EventStatus, spelled out so the CLI need not import the ORM (SQLAlchemy,
+# ~0.5 s) to build its options; tests/ki/test_cli_startup.py keeps the two equal.
+EventStatusName = Literal["received", "queued", "processing", "done", "failed", "parked"]
 
 events_app = typer.Typer(help="The inbox of DMS events: replay a file, list, re-drive, prune.", no_args_is_help=True)
 console = Console()
@@ -39,6 +41,7 @@ def replay(
     again. With `broker.eager` (the embedded default) processing happens here;
     otherwise the workers do it and the summary shows the events as queued.
     """
+    from ki_core.config import load_settings
     from ki_workers.context import worker_context
     from ki_workers.event_inbox import submit_event
     from ki_workers.sources.dms_events import EventSchemaError
@@ -70,6 +73,10 @@ def replay(
 
 
 def _print_replay(ctx, outcomes: Counter, row_ids: list[str], invalid: list[str]) -> None:
+    from sqlalchemy import select
+
+    from ki_core.models import EventStatus, IngestEvent
+
     statuses: Counter[tuple[str, str]] = Counter()
     with ctx.sessions() as session:
         for start in range(0, len(row_ids), 500):
@@ -97,17 +104,20 @@ def _print_replay(ctx, outcomes: Counter, row_ids: list[str], invalid: list[str]
 @events_app.command("list")
 @cli_errors
 def list_(
-    status: EventStatus | None = typer.Option(None, "--status", help="Only events in this status."),
+    status: EventStatusName | None = typer.Option(None, "--status", help="Only events in this status."),
     event_type: str | None = typer.Option(None, "--type", help="Only events of this type."),
     limit: int = typer.Option(50, help="How many, newest first."),
 ) -> None:
     """Events in the inbox, newest first, with attempts and the last error or note."""
+    from ki_core.config import load_settings
+    from ki_core.models import EventStatus
     from ki_workers.context import worker_context
     from ki_workers.event_inbox import list_events
 
     load_settings()
+    wanted = EventStatus(status) if status else None
     with worker_context().sessions() as session:
-        found = list_events(session, status=status, event_type=event_type, limit=limit)
+        found = list_events(session, status=wanted, event_type=event_type, limit=limit)
     table = Table(title="events")
     for column in ("id", "source", "event id", "type", "status", "attempts", "received", "error / note"):
         table.add_column(column, overflow="fold")
@@ -121,6 +131,8 @@ def list_(
 @cli_errors
 def summary() -> None:
     """How many events are in each status, and why the failed and parked ones stopped."""
+    from ki_core.config import load_settings
+    from ki_core.models import EventStatus
     from ki_workers.context import worker_context
     from ki_workers.event_inbox import event_counts
 
@@ -141,6 +153,8 @@ def summary() -> None:
 @cli_errors
 def redrive(reference: str = typer.Argument(..., help="Row id (from `ki events list`) or event id.")) -> None:
     """Send a failed, parked or stuck event through processing again (attempts start over)."""
+    from ki_core.config import load_settings
+    from ki_core.models import IngestEvent
     from ki_workers.context import worker_context
     from ki_workers.event_inbox import dispatch_events, reopen_event
 
@@ -168,6 +182,7 @@ def prune(
     The sweep does the same every run with the configured retention; this is for
     a backlog or a shorter window now.
     """
+    from ki_core.config import load_settings
     from ki_workers.context import worker_context
     from ki_workers.event_retention import count_prunable, prunable_before, prune_processed_events
 

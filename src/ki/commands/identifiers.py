@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ki_core.identifiers import Identifier, extract
+if TYPE_CHECKING:
+    from ki_core.identifiers import Identifier
 
 
 def identifiers(
@@ -26,6 +27,8 @@ def identifiers(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
 ) -> None:
     """Find and normalize statute references, case numbers, ECLIs, register numbers and EU references."""
+    from ki_core.identifiers import extract
+
     if text == "-":
         text = sys.stdin.read()
     found = extract(text, context_law=law)

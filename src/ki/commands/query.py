@@ -6,16 +6,16 @@ import json
 from datetime import date
 from enum import Enum
 from functools import cache
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import select
 
 from ki.errors import cli_errors
-from ki_core.config import load_settings
-from ki_core.models import Matter, Project
-from ki_core.search.types import SearchFilters
+
+if TYPE_CHECKING:
+    from ki_core.search.types import SearchFilters
 
 decisions_app = typer.Typer(help="Decision records: what changed, why, and on which evidence.", no_args_is_help=True)
 console = Console()
@@ -25,6 +25,7 @@ AS_HELP = "Principal to search as (repeat for groups); results are limited to wh
 
 @cache
 def _service():
+    from ki_core.config import load_settings
     from ki_query.retrieval import retrieval_service_from_settings
 
     return retrieval_service_from_settings(load_settings())
@@ -33,6 +34,10 @@ def _service():
 def _project_id(name: str | None) -> str | None:
     if name is None:
         return None
+    from sqlalchemy import select
+
+    from ki_core.models import Project
+
     with _service()._session() as session:
         found = session.scalar(select(Project.id).where((Project.name == name) | (Project.id == name)))
     if found is None:
@@ -43,6 +48,10 @@ def _project_id(name: str | None) -> str | None:
 def _matter_id(name: str | None, project_id: str | None) -> str | None:
     if name is None:
         return None
+    from sqlalchemy import select
+
+    from ki_core.models import Matter
+
     with _service()._session() as session:
         stmt = select(Matter.id).where((Matter.name == name) | (Matter.id == name))
         if project_id:
@@ -54,6 +63,8 @@ def _matter_id(name: str | None, project_id: str | None) -> str | None:
 
 
 def _filters(project, matter, doc_type, status, language, date_from, date_to, clause_type, chunk_kind) -> SearchFilters:
+    from ki_core.search.types import SearchFilters
+
     project_id = _project_id(project)
     return SearchFilters(
         project_id=project_id, matter_id=_matter_id(matter, project_id), doc_type=doc_type, version_status=status,
@@ -84,6 +95,7 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
 ) -> None:
     """Search the index as a principal: access scope first, then the three legs, fusion and verification."""
+    from ki_core.config import load_settings
     from ki_query.types import SearchRequest, check_query_length
 
     check_query_length(query, load_settings().retrieval.max_query_chars)  # before the index is opened
@@ -177,6 +189,7 @@ def decisions_add(
 @cli_errors
 def decisions_search(query: str, as_: list[str] = typer.Option(..., "--as", help=AS_HELP), limit: int = 10) -> None:
     """Decision records matching the words, if the caller may see all of their evidence."""
+    from ki_core.config import load_settings
     from ki_query.types import check_query_length
 
     check_query_length(query, load_settings().retrieval.max_query_chars)
@@ -226,6 +239,7 @@ def mcp(
     if transport is McpTransport.http:
         _serve_mcp_http(api_key, host, port)
         return
+    from ki_core.config import load_settings
     from ki_query.identity import identity_from_api_key
     from ki_query.mcp_server import create_mcp_server
 
@@ -238,6 +252,7 @@ def mcp(
 def _serve_mcp_http(api_key: str | None, host: str, port: int) -> None:
     import uvicorn
 
+    from ki_core.config import load_settings
     from ki_query.mcp_http import create_mcp_http_app
 
     if api_key:

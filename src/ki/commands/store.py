@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import func, select
 
 from ki.errors import cli_errors
-from ki_core.config import Settings, load_settings, mask_url_password
-from ki_core.db import make_engine, session_factory
-from ki_core.migrate import current_revision, upgrade_to_head
-from ki_core.models import Chunk, DocumentVersion, ProcessingState
-from ki_core.ontology import seed_ontology
+
+if TYPE_CHECKING:
+    from ki_core.config import Settings
 
 
 def prepare_store(settings: Settings) -> tuple[str | None, str | None]:
     """Migrate to head and seed the ontology; returns (revision before, revision after)."""
+    from ki_core.db import make_engine, session_factory
+    from ki_core.migrate import current_revision, upgrade_to_head
+    from ki_core.ontology import seed_ontology
+
     url = settings.database_url
     before = current_revision(url)
     upgrade_to_head(url)
@@ -32,6 +35,8 @@ def prepare_store(settings: Settings) -> tuple[str | None, str | None]:
 @cli_errors
 def init() -> None:
     """Create the database schema, or upgrade it to the newest revision, and seed the ontology. Safe to repeat."""
+    from ki_core.config import load_settings, mask_url_password
+
     settings = load_settings()
     before, after = prepare_store(settings)
     where = mask_url_password(settings.database_url)
@@ -44,21 +49,11 @@ def init() -> None:
 @cli_errors
 def status(errors: int = typer.Option(10, help="How many of the latest errors to show.")) -> None:
     """Counts of versions per processing state, chunks, and the latest errors."""
-    settings = load_settings()
-    engine = make_engine(settings.database_url)
+    from ki_core.config import load_settings
+    from ki_core.models import ProcessingState
+
+    counts, chunks, failed = _store_counts(load_settings(), errors)
     console = Console()
-    try:
-        with session_factory(engine)() as session:
-            counts = dict(session.execute(select(DocumentVersion.processing_state, func.count()).group_by(DocumentVersion.processing_state)).all())
-            chunks = session.scalar(select(func.count()).select_from(Chunk))
-            failed = session.execute(
-                select(DocumentVersion.id, DocumentVersion.last_error)
-                .where(DocumentVersion.processing_state == ProcessingState.FAILED)
-                .order_by(DocumentVersion.updated_at.desc())
-                .limit(errors)
-            ).all()
-    finally:
-        engine.dispose()
     table = Table(title="versions by processing state")
     table.add_column("state")
     table.add_column("versions", justify="right")
@@ -73,6 +68,30 @@ def status(errors: int = typer.Option(10, help="How many of the latest errors to
         for version_id, reason in failed:
             errors_table.add_row(version_id, reason or "")
         console.print(errors_table)
+
+
+def _store_counts(settings: Settings, errors: int) -> tuple[dict, int | None, list]:
+    """(versions per processing state, chunks, the latest `errors` failed versions with their reason)."""
+    from sqlalchemy import func, select
+
+    from ki_core.db import make_engine, session_factory
+    from ki_core.models import Chunk, DocumentVersion, ProcessingState
+
+    engine = make_engine(settings.database_url)
+    try:
+        with session_factory(engine)() as session:
+            state = DocumentVersion.processing_state
+            counts = dict(session.execute(select(state, func.count()).group_by(state)).all())
+            chunks = session.scalar(select(func.count()).select_from(Chunk))
+            failed = session.execute(
+                select(DocumentVersion.id, DocumentVersion.last_error)
+                .where(state == ProcessingState.FAILED)
+                .order_by(DocumentVersion.updated_at.desc())
+                .limit(errors)
+            ).all()
+    finally:
+        engine.dispose()
+    return counts, chunks, list(failed)
 
 
 def register(app: typer.Typer) -> None:
