@@ -40,9 +40,12 @@ class FieldScore:
     misses: list[Miss] = field(default_factory=list)
 
     @property
+    def total(self) -> int:
+        return self.correct + len(self.misses)
+
+    @property
     def share(self) -> float:
-        total = self.correct + len(self.misses)
-        return self.correct / total if total else 0.0
+        return self.correct / self.total if self.total else 0.0
 
 
 def read_labels(corpus: Path) -> list[dict]:
@@ -80,10 +83,10 @@ def score_corpus(corpus: Path = DEFAULT_CORPUS) -> dict[str, FieldScore]:
 def report(scores: dict[str, FieldScore], with_misses: bool) -> str:
     rows = []
     for name, score in scores.items():
-        total = score.correct + len(score.misses)
-        rows.append(f"{name:<9} {score.correct:>3}/{total:<3} {score.share:6.1%}")
+        rows.append(f"{name:<9} {score.correct:>3}/{score.total:<3} {score.share:6.1%}")
         if with_misses:
-            rows.extend(f"    {miss.file}\n        expected {miss.expected!r}\n        got      {miss.got!r}" for miss in score.misses)
+            for miss in score.misses:
+                rows.append(f"    {miss.file}\n        expected {miss.expected!r}\n        got      {miss.got!r}")
     return "\n".join(rows)
 
 

@@ -11,9 +11,8 @@ retrieval sees one normalization.
 
 from __future__ import annotations
 
-import email.utils
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import date
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
     from ki_core.identifiers import Identifier
 
 # Bump when a rule changes what it extracts: the producer string tells artifacts apart.
-RULES_VERSION = 1
+RULES_VERSION = 2
 # The opening of a document is where its type, title and parties stand.
 HEAD_LINES = 15
 OPENING_CHARS = 2500
@@ -114,7 +113,7 @@ _DECISION_JUDGMENT = re.compile(
 )
 _DECISION_ORDER = re.compile(r"^beschluss\s*$|^beschluss vom\b|\bhat\b.{0,200}\bbeschlossen\s*:", _LINE | re.DOTALL)
 _ADMINISTRATIVE = re.compile(r"^(\w+)?bescheid\b", _LINE)
-_EMAIL_HEADER = re.compile(r"\A(?:(?:From|To|Cc|Date|Subject|Von|An|Datum|Betreff): .*\n){2,}")
+_EMAIL_HEADER = re.compile(r"\A(?:(?:From|To|Cc|Bcc|Date|Sent|Subject|Von|An|Datum|Gesendet|Betreff): .*\n){2,}")
 _ANNEX = re.compile(r"^(anlage|anhang)\s*([a-z]{0,2}\s*\d+[a-z]?\b|zu\b)|^(anlage|anhang)\s*$", re.IGNORECASE)
 _MEMO_TYPES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(akten|gesprächs|telefon|besprechungs)?notiz\b|^aktennotiz\b", re.I), "doc_type:memo.file_note"),
@@ -126,7 +125,7 @@ _PLEADING_TYPES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(klage|klageschrift)\s*$|^klage\s+(des|der|wegen)\b", re.I), "doc_type:pleading.statement_of_claim"),
     (re.compile(r"^(berufung|revision|beschwerde)(sbegründung|sschrift)?\s*$", re.I), "doc_type:pleading.appeal"),
     (re.compile(r"^antrag auf\b|^(eil)?antrag\s*$", re.I), "doc_type:pleading.application"),
-    (re.compile(r"^schriftsatz\b", re.I), "doc_type:pleading"),
+    (re.compile(r"^schriftsatz\b|^(replik|duplik|stellungnahme|erwiderung)\s*$", re.I), "doc_type:pleading"),
 )
 _PLEADING_BODY = re.compile(
     r"erheben? (wir )?(namens und in vollmacht .{0,120})?klage|\bin dem rechtsstreit\b.{0,2000}\b(beantragen|werden beantragen)",
@@ -236,32 +235,150 @@ _MONTHS = {
     "august": 8, "september": 9, "oktober": 10, "november": 11, "dezember": 12,
     "jan": 1, "feb": 2, "mär": 3, "apr": 4, "jun": 6, "jul": 7, "aug": 8, "sep": 9, "sept": 9,
     "okt": 10, "nov": 11, "dez": 12,
+    "january": 1, "february": 2, "march": 3, "may": 5, "june": 6, "july": 7, "october": 10,
+    "december": 12, "mar": 3, "oct": 10, "dec": 12,
 }  # fmt: skip
+# "3. Februar 2023", "3 February 2023", "February 3, 2023", "03.02.2023", "3.2.23", "2023-02-03".
 _DATE = (
-    r"(?:(?P<d1>\d{1,2})\.\s*(?P<month>[A-Za-zäÄ]{3,9})\.?\s+(?P<y1>\d{4})"
+    r"(?<![\d.])(?:(?P<d1>\d{1,2})(?:\.\s*|(?:st|nd|rd|th)?\s+)(?P<month>[A-Za-zäÄ]{3,9})\.?\s+(?P<y1>\d{4})"
+    r"|(?P<month4>[A-Z][a-z]{2,8})\.?\s+(?P<d4>\d{1,2})(?:st|nd|rd|th)?,\s*(?P<y4>\d{4})"
     r"|(?P<d2>\d{1,2})\.(?P<m2>\d{1,2})\.(?P<y2>\d{4}|\d{2})\b"
     r"|(?P<y3>\d{4})-(?P<m3>\d{2})-(?P<d3>\d{2})\b)"
 )
-_DECISION_DATE = re.compile(rf"(?:(?:Urteil|Beschluss|Entscheidung)\s+vom|Verkündet\s+am:?)\s+{_DATE}", re.I)
-_PLACE_DATE_LINE = re.compile(rf"^[A-ZÄÖÜ][\w .()/-]{{1,40}},\s*(?:den\s+|am\s+)?{_DATE}\s*$", re.MULTILINE)
-_LABELED_DATE = re.compile(rf"^(?:Datum|Stand|Date)\s*:\s*{_DATE}", re.MULTILINE | re.I)
-_HEADER_DATE = re.compile(r"^(?:Date|Datum): (.+)$", re.MULTILINE)
 _ANY_DATE = re.compile(_DATE)
 
 
-def find_doc_date(text: str) -> date | None:
-    """The date a document is of: decision date, place-and-date line, labeled date, mail date, first date on top."""
-    for pattern in (_DECISION_DATE, _PLACE_DATE_LINE, _LABELED_DATE):
-        for match in pattern.finditer(text):
+def _dated(before: str, after: str = "") -> re.Pattern[str]:
+    """A pattern with one date in it (the date's group names may stand only once in a pattern)."""
+    return re.compile(rf"{before}{_DATE}{after}", re.IGNORECASE | re.MULTILINE)
+
+
+# A decision's own date; in any other document these words cite a decision.
+_DECISION_DATES = (
+    _dated(r"^(?:\w+-?)?(?:urteil|beschluss)\s+vom\s+"),
+    _dated(r"^vom\s+"),  # the BGH prints "BESCHLUSS / IX ZB 12/23 / vom / 14. März 2024"
+    _dated(r"verkündet\s+am:?\s+"),
+    _dated(r"\bam\s+", r"\s+(?:beschlossen|für\s+recht\s+erkannt)"),
+)
+# The letter's or the signature's "Berlin, den 12. März 2024": a place is words without digits
+# ("Frankfurt am Main", "Halle (Saale)", "St. Ingbert"), so "SW-R 44/24, 27.02.2024" (a reference) is none.
+_PLACE = r"[A-ZÄÖÜ][^\W\d_]*\.?(?:[ -]\(?[^\W\d_]+\.?\)?){0,3}"
+_SIGNED_AT = r"(?:(?:Ort|Place)\s*[,/]\s*(?:Datum|date)\s*:?\s*)?"
+_PLACE_DATE = _dated(rf"^{_SIGNED_AT}(?P<place>{_PLACE}),\s*(?:den\s+|am\s+|the\s+)?", r"(?:\s*_+.*)?$")
+# Where a signature block starts: a place-and-date line, also with the date still blank.
+_SIGNATURE_LINE = re.compile(rf"^[ \t]*{_SIGNED_AT}{_PLACE},\s*(?:den\s+|am\s+)?(?:{_DATE}|_{{3}})", re.MULTILINE)
+# "BGH, 8.5.2007" has the shape of a place-and-date line; a court is no place a document is written at.
+_COURT_NAME = re.compile(
+    r"[Gg]ericht|Court\b|\b(?:BGH|BAG|BFH|BSG|BVerfG|BVerwG|BPatG|EuGH|EGMR|OLG|OVG|LAG|LSG|VGH|KG|LG|AG|ArbG|VG|SG|FG)\b"
+)
+_DATE_FIELD = re.compile(
+    r"^(?:datum|date|dated|stand|gesendet|sent|rechnungsdatum|briefdatum|erstellt(?: am)?|am|datum\s*/\s*uhrzeit)"
+    r"\s*:\s*(?P<value>.+)$",
+    re.I,
+)
+_MAIL_DATE_FIELD = re.compile(r"^(?:date|datum|gesendet|sent)\s*:\s*(?P<value>.+)$", re.IGNORECASE | re.MULTILINE)
+_DATE_ALONE = _dated(r"^(?:den\s+)?", r"$")
+# A heading "Telefonnotiz vom 19.01.2024", or a line "dated 28 June 2024" under it; not one that cites something.
+_HEADING_DATE = _dated(r"^(?P<heading>.{0,150}?)\s*\b(?:vom|am|dated)\s+", r"\s*$")
+_CITING = re.compile(
+    r"\b(?:urteil|beschluss|entscheidung|verfügung|fassung|gesetz\w*|verordnung|schreiben|judgment|decision)\b|"
+    + _COURT_NAME.pattern,
+    re.IGNORECASE,
+)
+_SALUTATION = re.compile(r"^\s*(?:sehr geehrte|liebe[rs]?\s|dear\s|hallo\b|guten tag\b)", re.IGNORECASE | re.MULTILINE)
+# Columns of a letterhead or a signature block: tab stops, runs of spaces, DOCX table cells.
+_CELL_GAP = re.compile(r"\t+| {3,}| [|/] ")
+
+
+def find_doc_date(text: str, doc_type: str | None = None) -> date | None:
+    """The document's own date, never one it cites (a decision, a law, an earlier letter, a deadline).
+
+    The rules only take dates in the places a document puts its own: a
+    decision's pronouncement (decisions only), an e-mail's header, the
+    place-and-date lines, a date field, a dated heading, a date alone in the
+    letterhead. `doc_type` is classified here when the caller does not pass it.
+    """
+    doc_type = doc_type or classify_doc_type(text)
+    rules = [_mail_header_date, _place_date, _field_date, _heading_date, _letterhead_date]
+    if doc_type and doc_type.startswith("doc_type:decision"):
+        rules.insert(0, _decision_date)
+    for rule in rules:
+        found = rule(text)
+        if found:
+            return found
+    return None
+
+
+def _decision_date(text: str) -> date | None:
+    opening = text[:OPENING_CHARS]
+    for pattern in _DECISION_DATES:
+        for match in pattern.finditer(opening):
             found = _date_of(match)
             if found:
                 return found
-    header = _HEADER_DATE.search(text[:1000])
-    if header:
-        found = _mail_date(header.group(1))
-        if found:
-            return found
-    for match in _ANY_DATE.finditer("\n".join(head_lines(text))):
+    return None
+
+
+def _mail_header_date(text: str) -> date | None:
+    """The header on top is the message's; headers further down belong to the quoted ones."""
+    header = _EMAIL_HEADER.match(text)
+    field = _MAIL_DATE_FIELD.search(header.group(0)) if header else None
+    return _first_date(field.group("value")) if field else None
+
+
+def _place_date(text: str) -> date | None:
+    """The latest place-and-date line: a contract is concluded with its last signature."""
+    found = []
+    for cell in _cells(text):
+        match = _PLACE_DATE.match(cell)
+        if match and not _COURT_NAME.search(match.group("place")):
+            found.append(_date_of(match))
+    return max((day for day in found if day), default=None)
+
+
+def _field_date(text: str) -> date | None:
+    match = _field_date_match(text)
+    return _date_of(match) if match else None
+
+
+def _field_date_match(text: str) -> re.Match[str] | None:
+    """The date of the first "Datum:", "Stand:", "Gesendet:" ... field, as the text writes it."""
+    for cell in _cells(text):
+        field = _DATE_FIELD.match(cell)
+        date_match = _ANY_DATE.search(field.group("value")) if field else None
+        if date_match and _date_of(date_match):
+            return date_match
+    return None
+
+
+def _heading_date(text: str) -> date | None:
+    for line in head_lines(text, 3):
+        match = _HEADING_DATE.match(line)
+        if match and not _CITING.search(match.group("heading")):
+            return _date_of(match)
+    return None
+
+
+def _letterhead_date(text: str) -> date | None:
+    """A date standing alone above the salutation; below it, a date alone is a deadline or an event."""
+    salutation = _SALUTATION.search(text, 0, OPENING_CHARS)
+    head = text[: salutation.start()] if salutation else "\n".join(head_lines(text))
+    for cell in _cells(head):
+        match = _DATE_ALONE.match(cell)
+        if match and _date_of(match):
+            return _date_of(match)
+    return None
+
+
+def _cells(text: str) -> Iterator[str]:
+    for line in text.split("\n"):
+        for cell in _CELL_GAP.split(line):
+            if cell.strip():
+                yield cell.strip()
+
+
+def _first_date(value: str) -> date | None:
+    for match in _ANY_DATE.finditer(value):
         found = _date_of(match)
         if found:
             return found
@@ -271,8 +388,9 @@ def find_doc_date(text: str) -> date | None:
 def _date_of(match: re.Match[str]) -> date | None:
     parts = match.groupdict()
     if parts["d1"]:
-        month = _MONTHS.get(parts["month"].lower())
-        day, year = parts["d1"], parts["y1"]
+        month, day, year = _MONTHS.get(parts["month"].lower()), parts["d1"], parts["y1"]
+    elif parts["d4"]:
+        month, day, year = _MONTHS.get(parts["month4"].lower()), parts["d4"], parts["y4"]
     elif parts["d2"]:
         month, day, year = int(parts["m2"]), parts["d2"], parts["y2"]
     else:
@@ -283,13 +401,6 @@ def _date_of(match: re.Match[str]) -> date | None:
     try:
         return date(year_number, month, int(day))
     except ValueError:
-        return None
-
-
-def _mail_date(value: str) -> date | None:
-    try:
-        return email.utils.parsedate_to_datetime(value.strip()).date()
-    except (TypeError, ValueError):
         return None
 
 
@@ -448,25 +559,132 @@ _GENERIC_TITLE = re.compile(
     re.I,
 )
 _SUBJECT_LINE = re.compile(r"^(?:Betreff|Betr\.|Subject|Re|AW|WG)\s*:\s*(.{3,200})$", re.MULTILINE | re.I)
+# Notes also label their subject "Thema:" or "Gegenstand:"; in a contract these words head clauses.
+_NOTE_SUBJECT_LINE = re.compile(r"^(?:Betreff|Betr\.|Subject|Re|Thema|Gegenstand)\s*:\s*(.{3,200})$", re.M | re.I)
+_REPLY_PREFIX = re.compile(r"^(?:(?:AW|WG|Antw|Re|Fwd?|FW)\s*:\s*)+", re.I)
+# Headings run to 20 lines down: a brief's letterhead and court address come first.
+HEADING_LINES = 20
+_FILE_NOTE = re.compile(r"^(?P<kind>\w*(?:notiz|vermerk))\b(?P<rest>.*)$", re.I)
+_NOTE_DATE = _dated(r"\s*(?:vom|am)\s+", r"\s*$")
+_CALLER = re.compile(r"^(?:anrufer(?:in)?|anruf von|gesprächspartner(?:in)?)\s*:\s*(?P<who>[^(,\n]+)", re.I | re.M)
+# Lines above a salutation that belong to the address or reference block, not to a subject.
+_ADDRESS_LINE = re.compile(r"\b\d{5}\b|^postfach\b|@|^(?:tel|fax|telefon)\b", re.I)
+_REFERENCE_LINE = re.compile(
+    r"^(?:unser|ihr|ihre)\s+(?:zeichen|schreiben|nachricht|e-mail|az\.?)\b|^az\.|^(?:our|your)\s+ref", re.I
+)
+_CONTINUATION = re.compile(r"^(?:zur|zum|zu|über|für|betreffend|bezüglich|on|regarding|concerning)\s", re.I)
+_PLEADING_SUBJECT = re.compile(r"^wegen\s*:?\s+(?P<what>[^\n]{3,80}?)\s*$", re.I | re.M)
 _NOT_A_HEADING = re.compile(
-    r"@|^\d{5}\s|^(seite|page)\s+\d|^(tel|fax|telefon|e-mail|www\.|http)|^(from|to|cc|date|von|an|datum):|[,;]$",
+    r"@|^\d{5}\s|^(seite|page)\s+\d|^(tel|fax|telefon|e-mail|www\.|http)|^(from|to|cc|date|von|an|datum|stand):|[,;]$"
+    r"|^(entwurf|draft|vertraulich|confidential|privileged|muster)\b|^\(|rechtsanw|kanzlei|attorneys|partg|\bllp\b"
+    r"|^an das\b|^\w*gericht\w*\b",
     re.I,
 )
+
+
+def is_generic_title(title: str) -> bool:
+    """A file's title property that names a template or a file, not the document."""
+    return bool(_GENERIC_TITLE.search(title.strip()))
 
 
 def find_title(
     text: str, converter_title: str | None, doc_type: str | None, identifiers: list[Identifier]
 ) -> str | None:
+    """What a lawyer calls the document; the rule per kind is in tests/fixtures/firm-documents/README.md."""
     if doc_type and doc_type.startswith("doc_type:decision"):
         composed = _decision_title(text, doc_type, identifiers)
         if composed:
             return composed
-    subject = _SUBJECT_LINE.search(text[:OPENING_CHARS])
-    if subject:
-        return subject.group(1).strip()
-    if converter_title and not _GENERIC_TITLE.search(converter_title.strip()):
+    found = _note_title(text) or _subject_title(text)
+    if found:
+        return found
+    if converter_title and not is_generic_title(converter_title):
         return converter_title.strip()
-    for line in head_lines(text):
+    return _type_heading_title(text) or _first_plain_line(text)
+
+
+def _note_title(text: str) -> str | None:
+    """A note heading that names only its kind (and date) takes its subject: "Vermerk: Verjährung …"."""
+    heading = next((m for m in map(_FILE_NOTE.match, head_lines(text, 5)) if m), None)
+    if heading is None:
+        return None
+    if _NOTE_DATE.sub("", heading.group("rest")).strip(" :–-"):
+        return heading.group(0)
+    kind = heading.group("kind")
+    subject = _labelled_subject(text, _NOTE_SUBJECT_LINE)
+    if subject is None and kind.lower().startswith("telefon"):
+        subject = _call_subject(text)
+    return f"{kind}: {subject}" if subject else heading.group(0)
+
+
+def _call_subject(text: str) -> str | None:
+    """A phone note without a subject is known by the call: "Anruf Herr Meier, 4.3.2024"."""
+    caller = _CALLER.search(text[:OPENING_CHARS])
+    if caller is None:
+        return None
+    when = _field_date_match(text[:OPENING_CHARS])
+    who = caller.group("who").strip()
+    return f"Anruf {who}, {when.group(0)}" if when else f"Anruf {who}"
+
+
+def _subject_title(text: str) -> str | None:
+    return _labelled_subject(text) or _unlabelled_subject(text[:OPENING_CHARS])
+
+
+def _labelled_subject(text: str, label: re.Pattern[str] = _SUBJECT_LINE) -> str | None:
+    """The labelled subject without "AW:", "WG:", "Re:": a reply is about what the first message was."""
+    subject = label.search(text[:OPENING_CHARS])
+    if subject is None:
+        return None
+    return _REPLY_PREFIX.sub("", subject.group(1)).strip() or None
+
+
+def _unlabelled_subject(opening: str) -> str | None:
+    """DIN 5008 letters drop the "Betreff:" label: the subject is the paragraph above the salutation."""
+    salutation = _SALUTATION.search(opening)
+    if salutation is None:
+        return None
+    block = re.split(r"\n[ \t]*\n", opening[: salutation.start()].rstrip())[-1]
+    lines = [cell for cell in _cells(block) if not _REFERENCE_LINE.match(cell) and not _is_date_cell(cell)]
+    if not lines or len(lines) > 2 or any(_ADDRESS_LINE.search(line) for line in lines):
+        return None
+    return " ".join(lines)
+
+
+def _is_date_cell(cell: str) -> bool:
+    return bool(_DATE_ALONE.match(cell) or _PLACE_DATE.match(cell) or _DATE_FIELD.match(cell))
+
+
+def _type_heading_title(text: str) -> str | None:
+    """The heading that names the kind of document, with its continuation line and a pleading's "wegen"."""
+    head = head_lines(text, HEADING_LINES)
+    for index, line in enumerate(head):
+        if _names_document_type(line):
+            following = head[index + 1] if index + 1 < len(head) else ""
+            title = f"{line} {following}" if _CONTINUATION.match(following) and len(following) <= 160 else line
+            return _with_pleading_subject(title, text)
+    return None
+
+
+def _names_document_type(line: str) -> bool:
+    if len(line) > 120 or line.endswith((".", ",", ";", ":")):
+        return False
+    starts = (pattern for pattern, _ in (*_PLEADING_TYPES, *_MEMO_TYPES))
+    return any(p.match(line) for p in starts) or any(p.search(line) for p, _ in _HEADING_PATTERNS)
+
+
+def _with_pleading_subject(title: str, text: str) -> str:
+    """ "Klage" with its rubrum's "wegen: Kündigungsschutz" is "Klage wegen Kündigungsschutz"."""
+    if " wegen " in title or not any(pattern.match(title) for pattern, _ in _PLEADING_TYPES):
+        return title
+    subject = _PLEADING_SUBJECT.search(text[:OPENING_CHARS])
+    return f"{title} wegen {subject.group('what')}" if subject else title
+
+
+def _first_plain_line(text: str) -> str | None:
+    """The first line that may be a heading; a letter's body below the salutation names no title."""
+    salutation = _SALUTATION.search(text, 0, OPENING_CHARS)
+    for line in head_lines(text[: salutation.start()] if salutation else text):
         if 3 <= len(line) <= 120 and not _NOT_A_HEADING.search(line) and re.search(r"[A-Za-zÄÖÜäöü]{3}", line):
             return line
     return None
@@ -487,7 +705,7 @@ def _decision_title(text: str, doc_type: str, identifiers: list[Identifier]) -> 
     """"BGH, Urteil vom 12.03.2020 – VIII ZR 12/19": how German lawyers cite a decision."""
     court = next((line for line in head_lines(text) if _COURT_LINE.match(line)), None)
     kind = {"doc_type:decision.judgment": "Urteil", "doc_type:decision.order": "Beschluss"}.get(doc_type, "Bescheid")
-    when = find_doc_date(text)
+    when = find_doc_date(text, doc_type)
     case = next((i.normalized for i in identifiers if i.kind == "case_number"), None)
     if not (court or case):
         return None
@@ -562,7 +780,7 @@ def find_clauses(text: str) -> list[NotableClause]:
 
 def _body_end(text: str, start: int) -> int:
     """The last clause ends where the signature block begins: at the place-and-date line."""
-    signature = _PLACE_DATE_LINE.search(text, start)
+    signature = _SIGNATURE_LINE.search(text, start)
     return signature.start() if signature else len(text)
 
 
@@ -631,7 +849,7 @@ class RuleBasedExtractor:
             reference_numbers=find_reference_numbers(text, (i.normalized for i in identifiers if i.kind == "case_number")),
             parties=find_parties(text, doc_type),
             identifiers=_unique(i.normalized for i in identifiers),
-            doc_date=find_doc_date(text),
+            doc_date=find_doc_date(text, doc_type),
             language=detect_language(text),
             notable_clauses=find_clauses(text) if is_contract else [],
         )

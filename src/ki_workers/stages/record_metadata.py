@@ -21,7 +21,7 @@ from ki_core.models import (
     RelationKind,
 )
 from ki_workers.stages.ingest import get_or_create_matter
-from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor
+from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, is_generic_title
 
 # The document's own identifiers (its Aktenzeichen, its contract number) stand in its
 # title or its opening; identifiers further down are citations of other documents.
@@ -76,13 +76,21 @@ def _store_artifacts(session: Session, version_id: str, producer: str, payloads:
 
 
 def _apply(session: Session, document: Document, version: DocumentVersion, metadata: DocumentMetadata) -> None:
-    """Manifest and DMS values win; the extractor fills what they left open."""
-    document.title = document.title or metadata.title
+    """Manifest and DMS values win; the extractor fills what they left open.
+
+    Two exceptions, where what ingest stored may be a file property rather than a
+    declaration: a generic title ("Dokument1.docx") gives way to the extracted one,
+    and the language is the text's. A DOCX declares its template's language (an
+    "en-US" template under a German brief), and ingest stores the DMS's language and
+    the file's in the one column, so only the text can tell them apart.
+    """
+    if not document.title or is_generic_title(document.title):
+        document.title = metadata.title or document.title
     if metadata.doc_type and session.get(OntologyNode, metadata.doc_type) is not None:
         document.doc_type_id = document.doc_type_id or metadata.doc_type
     document.identifiers = _merged(metadata.identifiers, metadata.reference_numbers)
     version.doc_date = version.doc_date or metadata.doc_date
-    version.language = version.language or metadata.language
+    version.language = metadata.language or version.language
     if document.matter_id is None and metadata.matter:
         project = session.get(Project, document.project_id)
         matter = get_or_create_matter(session, project, metadata.matter)

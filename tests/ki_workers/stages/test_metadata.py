@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ki_core.config import load_settings
 from ki_core.llm import ChatGateway, GatewayError
 from ki_workers.stages.metadata import (
+    RULES_VERSION,
     DocumentMetadata,
     LLMExtractor,
     NotableClause,
@@ -198,6 +199,157 @@ def test_doc_date(text: str, expected: date | None) -> None:
     assert find_doc_date(text) == expected
 
 
+BRIEF_CITING_2007 = """Arbeitsgericht Berlin
+Magdeburger Platz 1
+10785 Berlin
+                                        Berlin, den 12. März 2024
+
+Klage
+
+wegen: Kündigungsschutz
+
+Die Kündigung ist unwirksam (BGH, Urteil vom 8. Mai 2007 – VI ZR 186/06; BAG, Beschluss vom 3.4.2008 – 2 AZR 12/07).
+"""
+
+
+def test_a_brief_citing_a_2007_decision_is_dated_by_its_own_date_line() -> None:
+    assert find_doc_date(BRIEF_CITING_2007) == date(2024, 3, 12)
+
+
+def test_a_brief_dated_only_below_its_text_is_dated_there() -> None:
+    text = BRIEF_CITING_2007.replace("Berlin, den 12. März 2024", "") + "\nBerlin, 2024-03-14\nDr. Kessler\nRechtsanwältin"
+
+    assert find_doc_date(text) == date(2024, 3, 14)
+
+
+def test_a_document_citing_only_decisions_and_laws_has_no_date() -> None:
+    text = (
+        "Vermerk zur Rechtsprechung\n\n"
+        "BGH, Urteil vom 18. März 2015 – VIII ZR 185/14\n"
+        "BGH, 08.05.2007 – VI ZR 186/06\n"
+        "Maßgeblich ist § 307 BGB in der Fassung vom 2. Januar 2002; das BGB vom 18. August 1896 kannte die Regel nicht.\n"
+    )
+
+    assert find_doc_date(text) is None
+
+
+def test_a_contract_is_dated_by_its_last_signature_and_not_by_its_terms() -> None:
+    text = (
+        "Arbeitsvertrag\n\n§ 1 Beginn\nDas Arbeitsverhältnis beginnt am 1. April 2023.\n\n"
+        "München, 3.2.2023 ____________ Unterschrift      Ort, Datum: Augsburg, 06.02.2023 ____________\n"
+    )
+
+    assert find_doc_date(text) == date(2023, 2, 6)
+
+
+def test_a_contract_whose_date_lines_are_blank_has_no_date() -> None:
+    text = "Mietvertrag\n\n§ 2 Mietzeit\nDas Mietverhältnis beginnt am 01.11.2022.\n\n__________, den __________\n"
+
+    assert find_doc_date(text) is None
+
+
+def test_a_date_alone_above_the_salutation_dates_a_letter_and_one_below_it_is_a_deadline() -> None:
+    text = (
+        "Fotostudio Lux\nBilker Allee 77\n40219 Düsseldorf\n                    03.02.2023\n\n"
+        "Sehr geehrter Herr Lux,\n\nwir fordern Sie auf, bis zum\n\n        17. Februar 2023\n\nzu zahlen.\n"
+    )
+
+    assert find_doc_date(text) == date(2023, 2, 3)
+    assert find_doc_date(text.replace("03.02.2023", "")) is None
+
+
+def test_an_email_is_dated_by_its_own_header_not_by_the_quoted_one() -> None:
+    text = (
+        "Von: Nadine Kurz\nGesendet: Dienstag, 12. März 2024 10:15\nAn: Dr. Kessler\nBetreff: AW: Entwurf\n\n"
+        "Danke.\n\nVon: Dr. Kessler\nGesendet: Montag, 11. März 2024 17:02\nBetreff: Entwurf\n"
+    )
+
+    assert find_doc_date(text) == date(2024, 3, 12)
+
+
+def test_a_decision_is_dated_by_its_own_pronouncement_not_by_the_decisions_it_cites() -> None:
+    text = (
+        "Amtsgericht Charlottenburg\n\nBeschluss\n\nIn dem Rechtsstreit\nLorenz ./. Westend Wohnen GmbH\n"
+        "hat das Amtsgericht am 14.05.2024 beschlossen:\n"
+        "Nach BGH, Urteil vom 5. Dezember 2018 – VIII ZR 271/17 liegt ein Mangel vor.\n"
+    )
+
+    assert find_doc_date(text) == date(2024, 5, 14)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Dear Ms Whitfield,", None),
+        ("London, 12 March 2024\n\nDear Ms Whitfield,", date(2024, 3, 12)),
+        ("Sent: Tuesday, March 19, 2024 4:12 PM\nTo: Jan Brandt\n", date(2024, 3, 19)),
+        ("SHARE PURCHASE AGREEMENT\ndated 28 June 2024\nbetween", date(2024, 6, 28)),
+    ],
+)
+def test_english_dates(text: str, expected: date | None) -> None:
+    assert find_doc_date(text) == expected
+
+
+# --------------------------------------------------------------------- titles
+
+
+def test_a_phone_note_without_a_subject_is_named_after_the_call() -> None:
+    text = (
+        "Telefonnotiz\n\nDatum: 4.3.2024          Uhrzeit: 10:40 Uhr\n"
+        "Anrufer: Herr Meier (Meier Haustechnik GmbH)\nRückruf unter: 030 447 12 90\n\nHerr Meier bittet um Rückruf.\n"
+    )
+
+    assert rules.extract(text).title == "Telefonnotiz: Anruf Herr Meier, 4.3.2024"
+
+
+def test_a_note_heading_naming_only_its_kind_takes_the_subject() -> None:
+    text = "Telefonnotiz vom 19.01.2024\n\nGesprächspartner: Frau Dr. Albers\nBetreff: Deckungszusage Schadenfall 2023-114\n"
+
+    assert rules.extract(text).title == "Telefonnotiz: Deckungszusage Schadenfall 2023-114"
+
+
+def test_a_note_heading_that_names_its_subject_is_the_title() -> None:
+    text = "Aktennotiz über die Besprechung mit der Geschäftsführung\n\nBetreff: Standort Bremen\n"
+
+    assert rules.extract(text).title == "Aktennotiz über die Besprechung mit der Geschäftsführung"
+
+
+def test_a_reply_is_titled_by_its_subject_without_the_reply_prefix() -> None:
+    text = "Von: Nadine Kurz\nAn: Dr. Kessler\nBetreff: AW: WG: Entwurf Aufhebungsvertrag Frau Kraus\n\nDanke."
+
+    assert rules.extract(text).title == "Entwurf Aufhebungsvertrag Frau Kraus"
+
+
+def test_a_letter_without_a_subject_label_is_titled_by_the_line_above_the_salutation() -> None:
+    text = (
+        "Rechtsanwältin Claudia Sommer\nKarl-Liebknecht-Straße 9 · 04107 Leipzig\n\n"
+        "Frau\nRenate Lorenz\nGohliser Straße 33\n04155 Leipzig\n\n"
+        "Unser Zeichen: 112/24 CS                Leipzig, 18. April 2024\n\n"
+        "Ihre Mietminderung wegen Schimmelbildung\n\nSehr geehrte Frau Lorenz,\n\nvielen Dank.\n"
+    )
+
+    assert rules.extract(text).title == "Ihre Mietminderung wegen Schimmelbildung"
+
+
+def test_a_letter_without_any_subject_takes_no_title_from_its_body() -> None:
+    text = "Sehr geehrte Damen und Herren,\n\nanbei übersenden wir die unterzeichnete Vollmacht.\n\nMit freundlichen Grüßen"
+
+    assert rules.extract(text).title is None
+
+
+def test_a_pleading_is_titled_by_its_heading_below_the_letterhead_with_its_subject() -> None:
+    assert rules.extract(BRIEF_CITING_2007).title == "Klage wegen Kündigungsschutz"
+
+
+def test_markings_are_no_title_and_a_heading_keeps_its_continuation_line() -> None:
+    text = (
+        "ENTWURF – vertraulich\nStand: 16. Oktober 2023\n\nRechtsgutachten\n"
+        "zur Wirksamkeit der Preisanpassungsklausel\n\nA. Auftrag\n"
+    )
+
+    assert rules.extract(text).title == "Rechtsgutachten zur Wirksamkeit der Preisanpassungsklausel"
+
+
 # -------------------------------------------------------------------- clauses
 
 
@@ -288,7 +440,7 @@ def test_rules_are_the_default_extractor() -> None:
     extractor = extractor_from_settings(load_settings())
 
     assert isinstance(extractor, RuleBasedExtractor)
-    assert extractor.producer == "rules:1"
+    assert extractor.producer == f"rules:{RULES_VERSION}"
 
 
 # ----------------------------------------------------------- the LLM extractor
