@@ -5,6 +5,8 @@ version's text has NFC, `\\n` line ends, single spaces and at most one blank
 line in a row: block boundaries are blank lines, line breaks single newlines,
 which is what the chunker cuts at. Anything we cannot read raises
 `ConversionError` with a one-line reason that is recorded on the version row.
+A mail's attachments come back as bytes beside its text (`ConvertedText.attachments`);
+the ingest stage converts each one as a document of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import email
 import email.policy
 import io
+import logging
+import mimetypes
 import re
 import unicodedata
 import warnings
@@ -20,7 +24,9 @@ from collections.abc import Callable
 from email.message import EmailMessage
 from pathlib import PurePosixPath
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
@@ -31,6 +37,7 @@ MEDIA_EML = "message/rfc822"
 MEDIA_MSG = "application/vnd.ms-outlook"
 MEDIA_TEXT = "text/plain"
 MEDIA_MARKDOWN = "text/markdown"
+MAIL_MEDIA_TYPES = (MEDIA_EML, MEDIA_MSG)
 
 _MEDIA_BY_TYPE = {
     MEDIA_PDF: MEDIA_PDF,
@@ -67,6 +74,18 @@ class ConversionError(Exception):
         self.reason = reason
 
 
+class Attachment(BaseModel):
+    """A file a mail carries, in the mail's order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    filename: str
+    media_type: str | None = None
+    data: bytes = b""
+    # Why the file cannot be taken out of the mail; the ingest stage records it as failed.
+    unavailable: str | None = None
+
+
 class ConvertedText(BaseModel):
     text: str
     media_type: str
@@ -74,6 +93,7 @@ class ConvertedText(BaseModel):
     # Primary language subtag the file declares ("de"), not a detection.
     language: str | None = None
     converter: str
+    attachments: tuple[Attachment, ...] = ()
 
 
 def convert(
@@ -347,6 +367,7 @@ def _convert_eml(data: bytes) -> ConvertedText:
         title=subject,
         language=_language_tag(message["Content-Language"]),
         converter="email",
+        attachments=tuple(_eml_attachments(message)),
     )
 
 
@@ -364,6 +385,41 @@ def _part_text(part: EmailMessage) -> str:
     except (LookupError, UnicodeError):
         # Unknown or lying charset header: decode the raw bytes ourselves.
         return decode_text(part.get_payload(decode=True) or b"")
+
+
+def _eml_attachments(message: EmailMessage) -> list[Attachment]:
+    """The files the mail carries, in MIME order; the body parts and inline images are the mail itself."""
+    bodies = {id(part) for part in (message.get_body(("plain",)), message.get_body(("html",))) if part is not None}
+    return [_eml_attachment(part) for part in _leaf_parts(message) if id(part) not in bodies and _is_attachment(part)]
+
+
+def _leaf_parts(message: EmailMessage) -> list[EmailMessage]:
+    """Non-multipart parts, depth first; an attached message is one leaf, not opened here."""
+    if not message.is_multipart() or message.get_content_type() == MEDIA_EML:
+        return [message]
+    return [leaf for part in message.iter_parts() for leaf in _leaf_parts(part)]
+
+
+def _is_attachment(part: EmailMessage) -> bool:
+    if part.get_content_type() == MEDIA_EML:
+        return True
+    if part.get_content_maintype() == "image" and (part["Content-ID"] or part.get_content_disposition() == "inline"):
+        return False  # a picture the HTML body shows (a signature logo)
+    # Apple Mail sends attached files "inline", with a name.
+    return part.get_content_disposition() == "attachment" or bool(part.get_filename())
+
+
+def _eml_attachment(part: EmailMessage) -> Attachment:
+    media_type = part.get_content_type()
+    filename = (part.get_filename() or "").strip() or f"attachment{mimetypes.guess_extension(media_type) or ''}"
+    try:
+        if media_type == MEDIA_EML:
+            data = part.get_payload(0).as_bytes()
+        else:
+            data = part.get_payload(decode=True) or b""
+    except Exception as exc:  # noqa: BLE001 - a broken part must not cost the mail its text
+        return Attachment(filename=filename, media_type=media_type, unavailable=f"unreadable MIME part: {_one_line(exc)}")
+    return Attachment(filename=filename, media_type=media_type, data=data)
 
 
 def _html_to_text(html: str) -> str:
@@ -416,7 +472,22 @@ def _msg_text(message) -> ConvertedText:
         media_type=MEDIA_MSG,
         title=message.subject or None,
         converter="extract-msg",
+        attachments=tuple(_msg_attachment(number, item) for number, item in enumerate(message.attachments, start=1)),
     )
+
+
+# extract-msg is GPL-3.0 (this project is Apache-2.0): the mail text stays where it was, and we
+# lean on it no further. Its attachments are named, and recorded as failed with the way out.
+MSG_ATTACHMENTS_UNSUPPORTED = "attachments of Outlook .msg files are not extracted; save the mail as .eml to index them"
+
+
+def _msg_attachment(number: int, item) -> Attachment:
+    try:
+        name = (item.getFilename() or "").strip("\x00 \t\r\n")
+    except Exception as exc:  # noqa: BLE001 - only the name is at stake; say so and go on
+        log.warning("no name for attachment %d of an Outlook message: %s", number, _one_line(exc))
+        name = ""
+    return Attachment(filename=name or f"attachment-{number}", unavailable=MSG_ATTACHMENTS_UNSUPPORTED)
 
 
 # ----------------------------------------------------------------- plain text

@@ -3,6 +3,8 @@
 Identical bytes are the same version: no new rows, no conversion, no
 re-embedding. A file that cannot be converted still gets a version row in
 state `failed` with the reason, so the operator sees it and the batch goes on.
+A mail's attachments go the same way, each a document of its own that is
+`annex_of` the mail and observed where the mail is (stages/attachments.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
@@ -31,6 +34,16 @@ from ki_core.models import (
 )
 from ki_core.models.base import utcnow
 from ki_workers.sources.local_fs import ManifestEntry, document_key
+from ki_workers.stages.attachments import (
+    ATTACHMENT_ORIGIN,
+    MAX_NESTING,
+    attachment_key,
+    inherit_mail_denies,
+    known_attachments,
+)
+
+if TYPE_CHECKING:
+    from ki_workers.stages.convert import Attachment, ConvertedText
 
 FINAL_STATUSES = (VersionStatus.FINAL, VersionStatus.EXECUTED)
 
@@ -49,6 +62,18 @@ class IngestResult:
     reason: str | None = None
     # Versions this object showed before: they lost an observation, so their access changed.
     retired_version_ids: tuple[str, ...] = ()
+    # A mail's attachments (nested mails' too), each with its own version and outcome.
+    attachments: tuple[IngestResult, ...] = ()
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    """The version holding some bytes of a document: found by content hash, or new."""
+
+    version: DocumentVersion
+    outcome: Outcome
+    # Set only when the bytes were converted just now (a new version that did not fail).
+    converted: ConvertedText | None = None
 
 
 def content_hash(data: bytes) -> str:
@@ -128,9 +153,8 @@ def ingest_bytes(
 
     `filename` and `media_type` tell the converter the format when `external_id`
     has no suffix (a DMS object id); by default the external id is the file name.
+    A mail's attachments become versions of their own documents, observed at the same object.
     """
-    from ki_workers.stages.convert import ConversionError, convert
-
     # A first sighting (new object, new document: the bulk of an initial load) skips the
     # reads that can only come back empty.
     obj, new_object = get_or_create_object(session, source, external_id)
@@ -140,33 +164,115 @@ def ingest_bytes(
         document.matter_id = matter.id
     if entry.title and not document.title:
         document.title = entry.title
+    name = filename or external_id
+    stored = store_version(session, document, data, entry, filename=name, media_type=media_type, first=new_document)
+    if stored.converted is not None:
+        document.title = document.title or stored.converted.title
+    annexes = store_attachments(session, project, document, stored, mail_name=name)
+    touched, retired = observe(session, [s.version for s in (stored, *annexes)], obj, new_object=new_object)
+    if stored.converted is not None:
+        refresh_latest_final(session, document)
+    stale = inherit_mail_denies(session, document.id, [s.version.document_id for s in annexes])
+    if stale:
+        retire_access_versions(session, [s.version.id for s in annexes if s.version.document_id in stale])
+    return IngestResult(
+        *_reported(stored, bool(touched or retired)), retired_version_ids=retired,
+        attachments=tuple(IngestResult(*_reported(s, s.version.id in touched)) for s in annexes),
+    )
+
+
+def _reported(stored: StoredVersion, observed_anew: bool) -> tuple[str, str, Outcome, str | None]:
+    """A reused version that changed what the object shows is news to the next stages."""
+    outcome = Outcome.NEW if stored.outcome is Outcome.UNCHANGED and observed_anew else stored.outcome
+    return stored.version.id, stored.version.document_id, outcome, stored.version.last_error
+
+
+def store_version(
+    session: Session,
+    document: Document,
+    data: bytes,
+    entry: ManifestEntry,
+    *,
+    filename: str,
+    media_type: str | None,
+    first: bool,
+    context: str | None = None,
+    refused: str | None = None,
+) -> StoredVersion:
+    """The version of `document` with these bytes; a new one is converted (or failed) now.
+
+    `first`: the document has no versions yet. `context` prefixes a failure
+    reason (which attachment of which mail); `refused` fails a new version
+    with that reason without converting.
+    """
+    from ki_workers.stages.convert import ConversionError, convert
+
     digest = content_hash(data)
-    existing = None if new_document else session.scalar(
+    existing = None if first else session.scalar(
         select(DocumentVersion).where(DocumentVersion.document_id == document.id, DocumentVersion.content_hash == digest)
     )
     if existing is not None:
-        changed, retired = observe(session, existing, obj, new_object=new_object)
-        outcome = Outcome.FAILED if existing.processing_state == ProcessingState.FAILED else Outcome.UNCHANGED
-        if changed and outcome is Outcome.UNCHANGED:
-            outcome = Outcome.NEW
-        return IngestResult(existing.id, document.id, outcome, existing.last_error, retired)
-    version = _new_version(session, document, digest, entry, first=new_document)
+        return _found(existing)
+    version = _new_version(session, document, digest, entry, first=first)
     try:
-        converted = convert(data, filename=filename or external_id, media_type=media_type)
+        if refused:
+            raise ConversionError(refused)
+        converted = convert(data, filename=filename, media_type=media_type)
     except ConversionError as exc:
         version.processing_state = ProcessingState.FAILED
-        version.last_error = f"conversion failed: {exc}"
-        _, retired = observe(session, version, obj, new_object=new_object)
-        return IngestResult(version.id, document.id, Outcome.FAILED, version.last_error, retired)
+        version.last_error = f"conversion failed: {context}: {exc}" if context else f"conversion failed: {exc}"
+        return StoredVersion(version, Outcome.FAILED)
     version.text = converted.text
     version.media_type = converted.media_type
     version.language = entry.language or converted.language
-    if not document.title:
-        document.title = converted.title
     version.processing_state = ProcessingState.CONVERTED
-    _, retired = observe(session, version, obj, new_object=new_object)
-    refresh_latest_final(session, document)
-    return IngestResult(version.id, document.id, Outcome.NEW, None, retired)
+    return StoredVersion(version, Outcome.NEW, converted)
+
+
+def _found(version: DocumentVersion) -> StoredVersion:
+    failed = version.processing_state == ProcessingState.FAILED
+    return StoredVersion(version, Outcome.FAILED if failed else Outcome.UNCHANGED)
+
+
+def store_attachments(
+    session: Session, project: Project, document: Document, mail: StoredVersion, *, mail_name: str, depth: int = 1
+) -> list[StoredVersion]:
+    """The versions of the files `mail` carries, nested mails' files after their mail, in mail order.
+
+    A mail converted now gives its attachments from its bytes; a mail stored
+    before gives those it gave then (no re-parse: identical bytes, identical files).
+    """
+    if mail.converted is None:
+        return [_found(version) for version in known_attachments(session, mail.version)]
+    stored: list[StoredVersion] = []
+    for index, attachment in enumerate(mail.converted.attachments, start=1):
+        child_document, child = _store_attachment(session, project, document, mail, index, attachment, mail_name, depth)
+        stored.append(child)
+        stored.extend(
+            store_attachments(session, project, child_document, child,
+                              mail_name=f"{mail_name}#{attachment.filename}", depth=depth + 1)
+        )
+    return stored
+
+
+def _store_attachment(
+    session: Session, project: Project, mail_document: Document, mail: StoredVersion, index: int,
+    attachment: Attachment, mail_name: str, depth: int,
+) -> tuple[Document, StoredVersion]:
+    key = attachment_key(mail_document.key, index, attachment.filename)
+    document, new_document = get_or_create_document(session, project, key)
+    document.matter_id = document.matter_id or mail_document.matter_id
+    too_deep = f"nested in more than {MAX_NESTING} mails" if depth > MAX_NESTING else None
+    stored = store_version(
+        session, document, attachment.data, ManifestEntry(path=key, document=key, doc_date=mail.version.doc_date),
+        filename=attachment.filename, media_type=attachment.media_type, first=new_document,
+        context=f"attachment {attachment.filename!r} of mail {mail_name!r}", refused=attachment.unavailable or too_deep,
+    )
+    document.title = document.title or (stored.converted.title if stored.converted else None) or attachment.filename
+    # The edge traverse shows, and how a re-ingest of the unchanged mail finds its attachments.
+    session.add(version_relation(RelationKind.ANNEX_OF, stored.version, mail.version, origin=ATTACHMENT_ORIGIN,
+                                 index=index, filename=attachment.filename))
+    return document, stored
 
 
 def _new_version(
@@ -190,59 +296,64 @@ def _new_version(
     session.add(version)
     session.flush()
     if previous is not None:
-        session.add(
-            Relation(
-                kind=RelationKind.SUPERSEDES,
-                from_document_id=document.id,
-                to_document_id=document.id,
-                from_version_id=version.id,
-                to_version_id=previous.id,
-                origin="version_chain",
-            )
-        )
+        session.add(version_relation(RelationKind.SUPERSEDES, version, previous, origin="version_chain"))
     return version
 
 
-def observe(
-    session: Session, version: DocumentVersion, obj: SourceObject, *, new_object: bool = False
-) -> tuple[bool, tuple[str, ...]]:
-    """Make `version` the active observation of `obj`; retire what the object showed before.
+def version_relation(kind: RelationKind, source: DocumentVersion, target: DocumentVersion, *, origin: str,
+                     **attributes: object) -> Relation:
+    """An edge between two versions (and so their documents)."""
+    return Relation(
+        kind=kind, from_document_id=source.document_id, to_document_id=target.document_id,
+        from_version_id=source.id, to_version_id=target.id, origin=origin, attributes=attributes,
+    )
 
-    Returns whether anything changed and the versions that lost their observation.
-    Observations decide visibility, so any change bumps the access generation.
+
+def observe(
+    session: Session, versions: list[DocumentVersion], obj: SourceObject, *, new_object: bool = False
+) -> tuple[set[str], tuple[str, ...]]:
+    """Make `versions` (a file, or a mail and its attachments) what `obj` shows; retire what it showed before.
+
+    Returns the versions whose observation was added or reactivated, and the
+    versions that lost theirs. Observations decide visibility, so any change
+    bumps the access generation.
     `new_object`: created in this transaction, so it has no observations to read.
     """
-    changed = False
+    wanted = {version.id: version for version in versions}
     retired: list[str] = []
-    current = None
-    # One read: the object's active observations and its (possibly retired) one of `version`.
+    current: dict[str, SourceObservation] = {}
+    # One read: the object's active observations and its (possibly retired) ones of `versions`.
     stored = () if new_object else session.scalars(
         select(SourceObservation).where(
             SourceObservation.source_object_id == obj.id,
-            or_(SourceObservation.state == ObservationState.ACTIVE, SourceObservation.version_id == version.id),
+            or_(SourceObservation.state == ObservationState.ACTIVE, SourceObservation.version_id.in_(list(wanted))),
         )
     )
     for observation in stored:
-        if observation.version_id == version.id:
-            current = observation
+        if observation.version_id in wanted:
+            current[observation.version_id] = observation
             continue
         observation.state = ObservationState.DELETED
         observation.deleted_at = utcnow()
         retired.append(observation.version_id)
-        changed = True
-    if current is None:
-        session.add(SourceObservation(version_id=version.id, source_object_id=obj.id))
-        changed = True
-    elif current.state != ObservationState.ACTIVE:
-        current.state = ObservationState.ACTIVE
-        current.deleted_at = None
-        changed = True
-    if changed:
+    touched = set()
+    for version_id in wanted:
+        observation = current.get(version_id)
+        if observation is None:
+            session.add(SourceObservation(version_id=version_id, source_object_id=obj.id))
+        elif observation.state != ObservationState.ACTIVE:
+            observation.state = ObservationState.ACTIVE
+            observation.deleted_at = None
+        else:
+            continue
+        touched.add(version_id)
+    for version in (v for v in versions if v.id in touched):
         # Rendered into the version's own pending UPDATE: no statement of its own.
         version.access_version = DocumentVersion.access_version + 1
+    if touched or retired:
         retire_access_versions(session, retired)
     session.flush()
-    return changed, tuple(retired)
+    return touched, tuple(retired)
 
 
 def retire_access_versions(session: Session, version_ids: list[str]) -> None:

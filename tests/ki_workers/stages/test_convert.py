@@ -17,6 +17,8 @@ from ki_workers.stages.convert import (
     MEDIA_MSG,
     MEDIA_PDF,
     MEDIA_TEXT,
+    MSG_ATTACHMENTS_UNSUPPORTED,
+    Attachment,
     ConversionError,
     convert,
     normalize_text,
@@ -92,6 +94,26 @@ def make_eml(*, html_only: bool = False) -> bytes:
         message.add_alternative("<p>HTML-Fassung</p>", subtype="html")
     message.add_attachment(b"%PDF-1.4", maintype="application", subtype="pdf", filename="anlage.pdf")
     message["Content-Language"] = "de-DE"  # after set_content, which clears Content-* headers
+    return message.as_bytes()
+
+
+def make_mail(*files: tuple[str, bytes, str] | EmailMessage, subject: str = "Unterlagen zur Kündigung",
+              body: str = "Anbei die Unterlagen.") -> bytes:
+    """A mail with a plain and an HTML body and `files` attached: (file name, bytes, media type) or a message."""
+    message = EmailMessage()
+    message["From"] = "Jörg Müller <mueller@kanzlei.example>"
+    message["To"] = "Bärbel Schröder <schroeder@mandant.example>"
+    message["Date"] = "Thu, 12 Mar 2020 10:15:00 +0100"
+    message["Subject"] = subject
+    message.set_content(body)
+    message.add_alternative(f"<p>{body}</p>", subtype="html")
+    for item in files:
+        if isinstance(item, EmailMessage):
+            message.add_attachment(item)
+            continue
+        filename, data, media_type = item
+        maintype, subtype = media_type.split("/")
+        message.add_attachment(data, maintype=maintype, subtype=subtype, filename=filename)
     return message.as_bytes()
 
 
@@ -277,6 +299,50 @@ def test_eml_with_unknown_charset_is_decoded_anyway() -> None:
     assert convert(raw, filename="mail.eml").text.endswith("Grüße aus Köln")
 
 
+def test_eml_attachments_come_back_in_order_beside_the_body_text() -> None:
+    pdf = make_pdf([["Gutachten zur Heizungsanlage"]])
+    forwarded = EmailMessage()
+    forwarded["Subject"] = "WG: Mängelanzeige"
+    forwarded.set_content("Die Heizung fällt aus.")
+    result = convert(make_mail(("Gutachten März.pdf", pdf, MEDIA_PDF), ("notiz.txt", b"Frist notiert", MEDIA_TEXT), forwarded), filename="m.eml")
+
+    assert [(a.filename, a.media_type) for a in result.attachments] == [
+        ("Gutachten März.pdf", MEDIA_PDF), ("notiz.txt", MEDIA_TEXT), ("attachment.eml", MEDIA_EML),
+    ]
+    assert result.attachments[0].data == pdf and result.attachments[1].data == b"Frist notiert"
+    assert convert(result.attachments[2].data, filename="attachment.eml").text.endswith("Die Heizung fällt aus.")
+    assert result.text.endswith("Anbei die Unterlagen.") and "Gutachten" not in result.text
+
+
+def test_inline_pictures_of_the_body_are_not_attachments_but_named_inline_files_are() -> None:
+    message = EmailMessage()
+    message["Subject"] = "Signatur mit Logo"
+    message.set_content("Text")
+    message.add_alternative('<p>Text <img src="cid:logo"></p>', subtype="html")
+    message.get_payload()[1].add_related(b"\x89PNG", maintype="image", subtype="png", cid="<logo>", filename="logo.png")
+    message.make_mixed()
+    message.attach(_inline_part("scan.pdf", b"%PDF-1.4 inline"))
+    attachments = convert(message.as_bytes(), filename="m.eml").attachments
+
+    assert attachments == (Attachment(filename="scan.pdf", media_type=MEDIA_PDF, data=b"%PDF-1.4 inline"),)
+
+
+def _inline_part(filename: str, data: bytes) -> EmailMessage:
+    """What Apple Mail sends for an attached file: disposition inline, with a name."""
+    part = EmailMessage()
+    part.set_content(data, maintype="application", subtype="pdf", disposition="inline", filename=filename)
+    return part
+
+
+def test_an_attachment_without_a_name_is_named_by_its_type() -> None:
+    message = EmailMessage()
+    message["Subject"] = "Ohne Namen"
+    message.set_content("Text")
+    message.add_attachment(b"%PDF-1.4", maintype="application", subtype="pdf")
+
+    assert [a.filename for a in convert(message.as_bytes(), filename="m.eml").attachments] == ["attachment.pdf"]
+
+
 def test_bytes_that_are_not_a_mail_are_rejected() -> None:
     with pytest.raises(ConversionError, match=r"^not an e-mail \(no From, To, Date or Subject header\)$"):
         convert(b"\x00\x01\x02 irgendwas", filename="mail.eml")
@@ -317,6 +383,17 @@ def test_msg_without_plain_body_falls_back_to_html() -> None:
     data = make_msg(body="", html="<html><body><p>Grüße aus Köln</p><style>p{}</style></body></html>")
 
     assert convert(data, filename="mail.msg").text.endswith("Subject: Kündigung Mietvertrag – Frist\n\nGrüße aus Köln")
+
+
+def test_msg_attachments_are_named_and_marked_as_not_extracted() -> None:
+    data = build_msg(
+        subject="Vertrag", body="Anbei der Vertrag.", sender="a@kanzlei.example", to="b@mandant.example",
+        sent=datetime(2020, 3, 12, 9, 15, tzinfo=UTC), attachments=(("Vertrag.pdf", b"%PDF-1.4"),),
+    )
+    result = convert(data, filename="mail.msg")
+
+    assert result.text.endswith("Anbei der Vertrag.")
+    assert result.attachments == (Attachment(filename="Vertrag.pdf", unavailable=MSG_ATTACHMENTS_UNSUPPORTED),)
 
 
 def test_msg_that_is_not_an_ole_file_is_rejected() -> None:
