@@ -60,7 +60,9 @@ def client(configure, redis_client) -> Iterator[TestClient]:
 def post(client: TestClient, data: dict | bytes, *, secret: str = SECRET, source: str = SOURCE, headers=None, timestamp=None):
     body = data if isinstance(data, bytes) else json.dumps(data).encode()
     signed = sign(secret, body, timestamp) if headers is None else headers
-    return client.post(f"/webhooks/{source}", content=body, headers={"Content-Type": "application/json", **signed})
+    response = client.post(f"/webhooks/{source}", content=body, headers={"Content-Type": "application/json", **signed})
+    assert client.app.state.ingress.handover.flush(), "the hand-over thread publishes after the answer"
+    return response
 
 
 def rows(url: str, event_id: str) -> list[IngestEvent]:

@@ -60,7 +60,9 @@ def client(settings: Settings) -> Iterator[TestClient]:
 
 def post(client: TestClient, data: dict):
     body = json.dumps(data).encode()
-    return client.post(f"/webhooks/{SOURCE}", content=body, headers={"Content-Type": "application/json", **sign(SECRET, body)})
+    response = client.post(f"/webhooks/{SOURCE}", content=body, headers={"Content-Type": "application/json", **sign(SECRET, body)})
+    assert client.app.state.ingress.handover.flush(60), "the hand-over thread runs the event after the answer"
+    return response
 
 
 def event_row(event_id: str) -> IngestEvent:
