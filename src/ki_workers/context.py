@@ -7,8 +7,7 @@ the embedded runtime (the CLI running tasks in-process) uses the same object.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -30,9 +29,13 @@ class WorkerContext:
     _embedder: Embedder | None = None
     _extractor: object | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    # Versions waiting for one shared index write (see deferred_index_writes).
+    # Versions waiting for one shared index write (see stages.embed_index.deferred_index_writes);
+    # None when every version is written at once. pending_since: when the oldest one began waiting.
     pending_versions: list[str] | None = None
     pending_deletes: list[int] = field(default_factory=list)
+    pending_since: float | None = None
+    # In-process batch work (a folder sync) watches a long file's chunks being embedded: (done, total).
+    embed_progress: Callable[[int, int], None] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:
@@ -61,26 +64,6 @@ class WorkerContext:
             if self._extractor is None:
                 self._extractor = extractor_from_settings(self.settings)
             return self._extractor
-
-    @contextmanager
-    def deferred_index_writes(self) -> Iterator[None]:
-        """Collect index writes of many versions and write them in few bulk commits.
-
-        For in-process batch work (a folder sync): one embedded-index commit per
-        document would cost more than the rest of the pipeline. Watermarks are
-        recorded only after the write, so a crash repeats work, never skips it.
-        """
-        from ki_workers.stages.embed_index import flush_deferred_index_writes
-
-        self.pending_versions = []
-        self.pending_deletes = []
-        try:
-            yield
-        finally:
-            try:
-                flush_deferred_index_writes(self)
-            finally:
-                self.pending_versions = None
 
     def close_index(self) -> None:
         """Release the index (the embedded writer lock); the next index() reopens it."""

@@ -2,13 +2,20 @@
 
 Runs the ki.ingest task per file: in-process in embedded mode, on the
 workers otherwise. Files that vanished from the folder lose their observation
-(they leave search; SQL keeps the history).
+(they leave search; SQL keeps the history). Files the caller excluded, or
+skipped as too large, are left as they are: not read, not pruned.
+
+In-process, index writes are shared by a few files at a time and none waits
+more than a couple of seconds (stages.embed_index.deferred_index_writes), and
+the waiting ones are written before a large file starts, so what is done is
+searchable while the rest runs, and Ctrl-C loses only the file in progress.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
 from sqlalchemy import select
@@ -22,9 +29,10 @@ from ki_core.models import (
     SourceKind,
     SourceObject,
 )
+from ki_core.config import Settings
 from ki_workers.context import WorkerContext
 from ki_workers.sources.local_fs import Manifest, ManifestEntry, document_key, iter_files, load_manifest
-from ki_workers.stages.record_metadata import link_project_references
+from ki_workers.stages.embed_index import deferred_index_writes, flush_if_waiting
 from ki_workers.stages.ingest import (
     IngestResult,
     get_or_create_project,
@@ -32,9 +40,40 @@ from ki_workers.stages.ingest import (
     ingest_bytes,
     retire_object,
 )
+from ki_workers.stages.record_metadata import link_project_references
 
-# Bigger files are recorded as failed, not read: a 2 GB scan would stall the batch.
-MAX_FILE_BYTES = 50 * 1024 * 1024
+MEGABYTE = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FileSelection:
+    """Which files of the folder a sync reads: not excluded, and at most `max_bytes` big."""
+
+    max_bytes: int
+    large_bytes: int
+    exclude: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, max_file_mb: float | None = None, exclude: Sequence[str] = ()) -> FileSelection:
+        limit = settings.ingest.max_file_mb if max_file_mb is None else max_file_mb
+        return cls(int(limit * MEGABYTE), int(settings.ingest.large_file_mb * MEGABYTE), tuple(exclude))
+
+    def excluded(self, relative: str) -> bool:
+        """A glob matches the relative path (`*` spans folders) or the file name."""
+        name = relative.rsplit("/", 1)[-1]
+        return any(fnmatch(relative, pattern) or fnmatch(name, pattern) for pattern in self.exclude)
+
+    def too_large(self, size: int) -> str | None:
+        if size <= self.max_bytes:
+            return None
+        return f"{size / MEGABYTE:.1f} MB is above the limit of {self.max_bytes / MEGABYTE:g} MB (--max-file-mb)"
+
+
+@dataclass(frozen=True)
+class FolderFile:
+    path: Path
+    relative: str
+    size: int
 
 
 @dataclass
@@ -42,11 +81,25 @@ class SyncSummary:
     files: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    excluded: int = 0
     pruned: int = 0
     relations: int = 0
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+def folder_files(root: Path, selection: FileSelection) -> tuple[list[FolderFile], list[str]]:
+    """(files to read, relative paths excluded), in the folder's stable order."""
+    files, excluded = [], []
+    for path in iter_files(root):
+        relative = path.relative_to(root).as_posix()
+        if selection.excluded(relative):
+            excluded.append(relative)
+        else:
+            files.append(FolderFile(path, relative, path.stat().st_size))
+    return files, excluded
 
 
 def source_name_for(root: Path) -> str:
@@ -69,19 +122,25 @@ def ingest_local_object(
         source = session.get(Source, source_id)
         project = session.get(Project, project_id)
         path = Path(source.config["root"]) / external_id
-        data = _read(path)
+        data = _read(path, int(ctx.settings.ingest.max_file_mb * MEGABYTE))
         return ingest_bytes(
             session, source=source, project=project, external_id=external_id, data=data,
             entry=ManifestEntry.model_validate(entry), matter_name=matter,
         )
 
 
-def _read(path: Path) -> bytes:
-    """The file's bytes; an unreadable or oversized file becomes bytes the converter rejects."""
+def _read(path: Path, max_bytes: int) -> bytes:
+    """The file's bytes; the worker's own size check (the file may have grown since the sync looked)."""
     size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise OSError(f"{path.name} is {size} bytes, above the {MAX_FILE_BYTES} byte limit")
+    if size > max_bytes:
+        raise OSError(f"{path.name} is {size} bytes, above the {max_bytes} byte limit (ingest.max_file_mb)")
     return path.read_bytes()
+
+
+# Called with (relative path, task result or None when queued to workers).
+OnFile = Callable[[str, dict | None], None]
+# Called with (relative path, chunks embedded, chunks in all) while a long file is embedded in-process.
+OnChunks = Callable[[str, int, int], None]
 
 
 def sync_folder(
@@ -89,14 +148,19 @@ def sync_folder(
     root: Path,
     project_name: str,
     matter: str | None = None,
-    on_file: Callable[[str, dict | None], None] | None = None,
+    on_file: OnFile | None = None,
+    *,
+    selection: FileSelection | None = None,
+    on_chunks: OnChunks | None = None,
 ) -> SyncSummary:
+    selection = selection or FileSelection.from_settings(ctx.settings)
     manifest, _ = load_manifest(root)
     source_id, project_id = register_folder(ctx, root, project_name)
-    summary = SyncSummary()
-    seen: set[str] = set()
-    with ctx.deferred_index_writes():
-        _ingest_files(ctx, root, manifest, source_id, project_id, matter, summary, seen, on_file)
+    files, excluded = folder_files(root, selection)
+    summary = SyncSummary(excluded=len(excluded))
+    seen: set[str] = set(excluded)
+    with deferred_index_writes(ctx):
+        _ingest_files(ctx, files, manifest, (source_id, project_id, matter), selection, summary, seen, on_file, on_chunks)
     if ctx.settings.broker.eager:
         with ctx.sessions() as session, session.begin():
             link_project_references(session, project_id)
@@ -105,27 +169,42 @@ def sync_folder(
     return summary
 
 
-def _ingest_files(ctx, root, manifest, source_id, project_id, matter, summary, seen, on_file) -> None:
+def _ingest_files(ctx, files, manifest, target, selection, summary, seen, on_file, on_chunks) -> None:
     from ki_workers import tasks
 
-    for path in iter_files(root):
-        relative = path.relative_to(root).as_posix()
-        seen.add(relative)
+    source_id, project_id, matter = target
+    for file in files:
+        seen.add(file.relative)
         summary.files += 1
-        entry = manifest.entry_for(relative).model_dump(mode="json")
+        reason = selection.too_large(file.size)
+        if reason is not None:
+            summary.skipped.append((file.relative, reason))
+            summary.count("skipped")
+            if on_file:
+                on_file(file.relative, {"outcome": "skipped", "reason": reason})
+            continue
+        flush_if_waiting(ctx, before_long_work=file.size >= selection.large_bytes)
+        entry = manifest.entry_for(file.relative).model_dump(mode="json")
+        ctx.embed_progress = (lambda done, total, name=file.relative: on_chunks(name, done, total)) if on_chunks else None
         try:
-            outcome = tasks.ingest.delay(source_id, relative, project_id, entry, matter)
+            outcome = tasks.ingest.delay(source_id, file.relative, project_id, entry, matter)
             result = outcome.get() if ctx.settings.broker.eager else None
         except OSError as exc:
             result = {"outcome": "failed", "reason": str(exc)}
+        finally:
+            ctx.embed_progress = None
         if result is not None:
             summary.count(result["outcome"])
             if result["outcome"] == "failed":
-                summary.errors.append((relative, result.get("reason") or "failed"))
+                summary.errors.append((file.relative, result.get("reason") or "failed"))
+            summary.errors.extend(
+                (file.relative, attachment["reason"] or "attachment failed")
+                for attachment in result.get("attachments", ()) if attachment["outcome"] == "failed"
+            )
         else:
             summary.count("queued")
         if on_file:
-            on_file(relative, result)
+            on_file(file.relative, result)
 
 
 def prune_missing(ctx: WorkerContext, source_id: str, seen: set[str]) -> int:

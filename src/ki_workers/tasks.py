@@ -41,12 +41,29 @@ TASK_OPTIONS = {"autoretry_for": TRANSIENT_ERRORS, "acks_late": True, "reject_on
 def ingest(source_id: str, external_id: str, project_id: str, entry: dict, matter: str | None = None) -> dict:
     from ki_workers.folder_sync import ingest_local_object
 
-    result = ingest_local_object(worker_context(), source_id, external_id, project_id, entry, matter)
+    ctx = worker_context()
+    result = ingest_local_object(ctx, source_id, external_id, project_id, entry, matter)
     if result.retired_version_ids:
         reindex_access.delay(list(result.retired_version_ids))
-    if result.outcome == "new":
-        extract_metadata.delay(result.version_id)
-    return {"version_id": result.version_id, "outcome": str(result.outcome), "reason": result.reason}
+    for stored in (result, *result.attachments):  # a mail's attachments are documents of their own
+        if stored.outcome == "new" or (stored.outcome == "unchanged" and _left_unfinished(ctx, stored.version_id)):
+            extract_metadata.delay(stored.version_id)
+    return {
+        "version_id": result.version_id, "outcome": str(result.outcome), "reason": result.reason,
+        "attachments": [
+            {"version_id": a.version_id, "outcome": str(a.outcome), "reason": a.reason} for a in result.attachments
+        ],
+    }  # fmt: skip
+
+
+def _left_unfinished(ctx, version_id: str) -> bool:
+    """A known version whose later stages never ran (Ctrl-C, a crash): ingesting it again resumes them
+    instead of reporting it unchanged and leaving it out of search."""
+    from ki_core.models import DocumentVersion, ProcessingState
+
+    with ctx.sessions() as session:
+        state = session.get(DocumentVersion, version_id).processing_state
+    return state in (ProcessingState.CONVERTED, ProcessingState.EXTRACTED)
 
 
 @shared_task(name="ki.extract_metadata", **TASK_OPTIONS)

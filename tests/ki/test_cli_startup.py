@@ -10,7 +10,6 @@ import subprocess
 import sys
 from typing import get_args
 
-import pytest
 
 # What made `ki --help` take 1.3 s: SQLAlchemy and the ORM, pydantic-settings, the embedded index
 # (faiss, numpy, tantivy), the servers, Celery, and the ki packages that pull them in.
@@ -21,7 +20,7 @@ HEAVY = (
 OWN_COMMAND_MODULES = (
     "ki.errors", "ki.commands", "ki.commands.access", "ki.commands.ask", "ki.commands.config", "ki.commands.corpus",
     "ki.commands.demo", "ki.commands.eval", "ki.commands.events", "ki.commands.identifiers", "ki.commands.query",
-    "ki.commands.store",
+    "ki.commands.store", "ki.commands.ingest",
 )
 
 
@@ -39,11 +38,6 @@ def test_the_command_modules_and_the_error_mapping_import_nothing_heavy() -> Non
     assert heavy_modules_after_import(*OWN_COMMAND_MODULES) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ki.commands.ingest still imports sqlalchemy, ki_core.config and ki_core.models at module top; "
-    "drop this mark once it imports them inside its commands",
-)
 def test_importing_the_cli_imports_nothing_heavy() -> None:
     assert heavy_modules_after_import("ki.cli") == []
 

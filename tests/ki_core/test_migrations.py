@@ -97,3 +97,38 @@ def _expression_index(diff: object) -> bool:
     if isinstance(diff, tuple) and diff and diff[0] in ("add_index", "remove_index"):
         return diff[1].name in {"uq_grants_target_principal_effect", "uq_relations_kind_from_to"}
     return False
+
+
+def test_0008_moves_clause_rows_above_any_body_chunk(empty_url: str) -> None:
+    """A clause row stored at the old ordinal 1000 is renumbered, after which body chunk 1000 fits."""
+    from alembic import command
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from ki_core.migrate import alembic_config
+    from ki_core.models import Chunk, ChunkKind, Document, DocumentVersion, Project
+    from ki_workers.stages.chunking import FIRST_CLAUSE_ORDINAL
+
+    command.upgrade(alembic_config(empty_url), "0007_transient_event_failures")
+    engine = make_engine(empty_url)
+    try:
+        with Session(engine) as session, session.begin():
+            project = Project(name="p")
+            session.add(project)
+            session.flush()
+            document = Document(project_id=project.id, key="d")
+            session.add(document)
+            session.flush()
+            version = DocumentVersion(document_id=document.id, seq=1, content_hash="h")
+            session.add(version)
+            session.flush()
+            session.add(Chunk(id=1, version_id=version.id, document_id=document.id, ordinal=1000, kind=ChunkKind.CLAUSE,
+                              text="Haftung", text_hash="t"))
+            version_id, document_id = version.id, document.id
+        upgrade_to_head(empty_url)
+        with Session(engine) as session, session.begin():
+            assert session.scalar(select(Chunk.ordinal).where(Chunk.id == 1)) == FIRST_CLAUSE_ORDINAL
+            session.add(Chunk(id=2, version_id=version_id, document_id=document_id, ordinal=1000, kind=ChunkKind.CHUNK,
+                              text="Absatz", text_hash="u"))
+    finally:
+        engine.dispose()

@@ -1,10 +1,11 @@
 """A mail's attachment end to end: folder or DMS -> its own indexed document -> search, annex_of, access.
 
 In-process on SQLite and PostgreSQL, on both search backends. The ingest
-stage stores the attachments' versions; `tasks.ingest` and the DMS handler
-hand on only the mail's version for now, so the sweep (`redrive_versions`,
-which re-drives converted versions) takes the attachments through metadata,
-embedding and the index here, as it would in production.
+stage stores the attachments' versions; `tasks.ingest` (the folder path) hands
+them on with the mail's, while the DMS handler hands on only the mail's version
+for now, so there the sweep (`redrive_versions`, which re-drives converted
+versions) takes the attachments through metadata, embedding and the index, as
+it would in production.
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ def test_a_folder_mail_attachment_is_found_annex_of_the_mail_and_only_by_who_see
     (root / "post").mkdir(parents=True)
     (root / "post" / "anfrage.eml").write_bytes(MAIL)
     summary = sync_folder(ctx, root, "heizung")
-    assert summary.outcomes == {"new": 1} and summary.errors == []
-    _process_attachments(ctx)
+    assert summary.outcomes == {"new": 1}
+    assert [(path, "kaputt.pdf" in reason) for path, reason in summary.errors] == [("post/anfrage.eml", True)], (
+        "the broken attachment is reported at its mail; the mail and the good attachment are indexed"
+    )
     with ctx.sessions() as session, session.begin():
         project_id = session.scalar(select(Project.id).where(Project.name == "heizung"))
         source_id = session.scalar(select(Source.id).where(Source.name.like("local:%")))

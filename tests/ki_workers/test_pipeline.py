@@ -21,6 +21,7 @@ from ki_core.models import (
 from ki_core.search.types import ScopeFilter
 from ki_workers import tasks
 from ki_workers.folder_sync import sync_folder
+from ki_workers.stages.chunking import FIRST_CLAUSE_ORDINAL
 
 
 def _chunks(ctx, **where) -> list[Chunk]:
@@ -91,7 +92,7 @@ def test_version_chain_draft_final_executed(ctx, folder: Path) -> None:
     assert profiles[0].ordinal == -1 and "Titel:" in profiles[0].text
     clause_versions = {c.version_id for c in _chunks(ctx, kind=ChunkKind.CLAUSE, document_id=document.id)}
     assert clause_versions == {versions[1].id, versions[2].id}  # final and executed, not the draft
-    assert all(c.ordinal >= 1000 for c in _chunks(ctx, kind=ChunkKind.CLAUSE))
+    assert all(c.ordinal >= FIRST_CLAUSE_ORDINAL for c in _chunks(ctx, kind=ChunkKind.CLAUSE))
 
 
 def test_manifest_relations_and_identifier_references(ctx, folder: Path) -> None:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from sqlalchemy import func, select
 
-from ki.commands.store import prepare_store
+from ki.commands import progress_report
 from ki.errors import cli_errors
-from ki_core.config import load_settings
-from ki_core.models import Chunk
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ki_workers.folder_sync import FolderFile, SyncSummary
 
 
 @cli_errors
@@ -21,56 +21,105 @@ def ingest(
     path: Path = typer.Argument(..., exists=True, file_okay=False, dir_okay=True, help="Folder to ingest (recursively)."),
     project: str = typer.Option(..., "--project", help="Project (client) the documents belong to; created if new."),
     matter: str | None = typer.Option(None, "--matter", help="Matter for files the manifest does not assign."),
+    max_file_mb: float | None = typer.Option(
+        None, "--max-file-mb", min=0.001,
+        help="Skip (and list) files bigger than this many MB. Default: ingest.max_file_mb (50).",
+    ),
+    exclude: list[str] = typer.Option(
+        [], "--exclude", metavar="GLOB",
+        help="Leave out files whose relative path or name matches GLOB (repeatable), e.g. --exclude '*.log'. "
+        "They are not read, and not removed from the index if an earlier run added them.",
+    ),
 ) -> None:
     """Ingest every file under PATH: convert, extract metadata, chunk, embed, index.
 
     An optional ki-manifest.json at the folder root groups files into versions of
     one document (status draft/final/executed, dates, matters, relations).
-    Running it twice reports the second time "unchanged".
+    Running it twice reports the second time "unchanged". A document is
+    searchable a few seconds after it is done, while the rest runs; Ctrl-C
+    stops after the current step, keeping what is done (run it again to go on).
+    Exits 1 when any file failed, listing each with its reason.
     """
+    from rich.console import Console
+
+    from ki.commands.store import prepare_store
+    from ki_core.config import load_settings
     from ki_workers.context import worker_context
-    from ki_workers.folder_sync import sync_folder
-    from ki_workers.sources.local_fs import iter_files
+    from ki_workers.folder_sync import FileSelection, folder_files, sync_folder
 
     settings = load_settings()
     prepare_store(settings)
+    selection = FileSelection.from_settings(settings, max_file_mb=max_file_mb, exclude=exclude)
     ctx = worker_context()
-    console = Console()
-    total = sum(1 for _ in iter_files(path))
+    console, stderr = Console(), Console(stderr=True)
+    files, _ = folder_files(path, selection)
+    _warn_about_large_files(stderr, files, selection)
     chunks_before = _chunk_count(ctx)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        files = progress.add_task("files", total=total, status="")
-        errors = [0]
+    errors = 0
+    try:
+        with progress_report(stderr, f"ingest {project}", "files", total=len(files)) as progress:
 
-        def on_file(relative: str, result: dict | None) -> None:
-            if result and result["outcome"] == "failed":
-                errors[0] += 1
-            outcome = result["outcome"] if result else "queued"
-            progress.update(files, advance=1, status=f"{outcome}: {relative[-50:]}  errors: {errors[0]}")
+            def on_file(relative: str, result: dict | None) -> None:
+                nonlocal errors
+                errors += bool(result and result["outcome"] == "failed")
+                outcome = result["outcome"] if result else "queued"
+                progress.advance(current=f"{outcome}: {relative}" + (f" (errors: {errors})" if errors else ""))
 
-        summary = sync_folder(ctx, path, project, matter, on_file=on_file)
+            def on_chunks(relative: str, done: int, total: int) -> None:
+                progress.update(progress.done, current=f"{relative}: {done}/{total} chunks embedded")
+
+            summary = sync_folder(ctx, path, project, matter, on_file=on_file, selection=selection, on_chunks=on_chunks)
+    except KeyboardInterrupt:
+        stderr.print("interrupted: the files finished so far are searchable; run the same ki ingest again to go on",
+                      markup=False, highlight=False)
+        raise typer.Exit(130) from None
     _print_summary(console, summary, _chunk_count(ctx) - chunks_before, settings.broker.eager)
+    if summary.errors:
+        raise typer.Exit(1)
+
+
+def _warn_about_large_files(console: Console, files: list[FolderFile], selection) -> None:
+    """Name the files that will take a while (or be skipped) before the work starts, not after."""
+    for file in files:
+        megabytes = file.size / (1024 * 1024)
+        if selection.too_large(file.size):
+            console.print(f"skipping {file.relative}: {megabytes:.1f} MB is above --max-file-mb "
+                          f"{selection.max_bytes / (1024 * 1024):g}", markup=False, highlight=False)
+        elif file.size >= selection.large_bytes:
+            console.print(f"large file {file.relative}: {megabytes:.1f} MB, this may take a while "
+                          "(leave it out with --exclude or --max-file-mb)", markup=False, highlight=False)
 
 
 def _chunk_count(ctx) -> int:
+    from sqlalchemy import func, select
+
+    from ki_core.models import Chunk
+
     with ctx.sessions() as session:
         return session.scalar(select(func.count()).select_from(Chunk)) or 0
 
 
-def _print_summary(console: Console, summary, new_chunks: int, eager: bool) -> None:
+def _print_summary(console: Console, summary: SyncSummary, new_chunks: int, eager: bool) -> None:
+    from rich.table import Table
+
     table = Table(title="ingest summary")
     table.add_column("what")
     table.add_column("count", justify="right")
     table.add_row("files", str(summary.files))
     for outcome, count in sorted(summary.outcomes.items()):
         table.add_row(outcome, str(count))
+    if summary.excluded:
+        table.add_row("excluded (--exclude)", str(summary.excluded))
     table.add_row("chunks added", str(new_chunks) if eager else "(workers)")
     table.add_row("removed from folder", str(summary.pruned))
     table.add_row("manifest relations added", str(summary.relations))
     console.print(table)
+    for relative, reason in summary.skipped:
+        console.print(f"[yellow]skipped[/] {relative}: {reason}", highlight=False)
     for relative, reason in summary.errors:
         console.print(f"[red]failed[/] {relative}: {reason}", highlight=False)
+    if summary.errors:
+        console.print(f"{len(summary.errors)} of {summary.files} files failed", highlight=False)
 
 
 def worker(
@@ -92,19 +141,18 @@ def reindex() -> None:
     Stored vectors are reused while the embedder signature is unchanged; after
     switching embedders only chunks of the old model are embedded again.
     """
+    from rich.console import Console
+
+    from ki.commands.store import prepare_store
+    from ki_core.config import load_settings
     from ki_workers.context import worker_context
     from ki_workers.reindex import rebuild_index
 
     settings = load_settings()
     prepare_store(settings)
     console = Console()
-    with Progress(TextColumn("versions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("versions", total=None)
-
-        def on_progress(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
-        report = rebuild_index(worker_context(), on_progress=on_progress)
+    with progress_report(Console(stderr=True), "reindex", "versions") as progress:
+        report = rebuild_index(worker_context(), on_progress=progress.update)
     console.print(
         f"rebuilt {report.target}: {report.versions} versions, {report.chunks} chunks, "
         f"{report.re_embedded_versions} versions re-embedded, "

@@ -152,8 +152,9 @@ class Chunk(Base):
     __table_args__ = (
         UniqueConstraint("version_id", "ordinal"),
         CheckConstraint(
-            "(kind = 'profile' AND ordinal = -1) OR (kind = 'clause' AND ordinal >= 1000)"
-            " OR (kind = 'chunk' AND ordinal >= 0 AND ordinal < 1000)",
+            # FIRST_CLAUSE_ORDINAL of ki_workers.stages.chunking; migration 0008 moved it from 1000.
+            "(kind = 'profile' AND ordinal = -1) OR (kind = 'clause' AND ordinal >= 1000000000)"
+            " OR (kind = 'chunk' AND ordinal >= 0 AND ordinal < 1000000000)",
             name="ordinal_matches_kind",
         ),
         Index("ix_chunks_document_id", "document_id"),

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 # Chunk ids are signed 64-bit in SQL and OpenSearch; keep them positive.
 _ID_MASK = (1 << 63) - 1
 PROFILE_ORDINAL = -1
-FIRST_CLAUSE_ORDINAL = 1000
+# The spec's "clause rows: ordinals 1000+", placed far above any body chunk: at 1000 a text of over
+# ~1 MB (more than 1,000 body chunks) could not be stored (see migration 0008).
+FIRST_CLAUSE_ORDINAL = 1_000_000_000
 # The profile row carries this much of the text after its labeled lines (spec).
 PROFILE_TEXT_CHARS = 400
 

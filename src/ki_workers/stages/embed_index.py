@@ -9,6 +9,9 @@ embedder is cached by (signature, text).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,11 +154,28 @@ def embed_version(ctx: WorkerContext, version_id: str) -> EmbedResult:
         document_id = version.document_id
         drafts = draft_chunks(session, version, ctx.settings)
     embedder = ctx.embedder()
-    vectors = embedder.embed_passages([d.model_input for d in drafts]) if drafts else np.zeros((0, 0))
+    vectors = _embed_passages(embedder, [d.model_input for d in drafts], ctx.embed_progress)
     with ctx.sessions() as session, session.begin():
         removed = _store_chunks(session, version_id, document_id, drafts, vectors, embedder.signature)
         removed += _drop_stale_profiles(session, document_id)
     return EmbedResult(version_id, len(drafts), tuple(removed))
+
+
+# A long file is embedded this many chunks at a time when someone watches (ctx.embed_progress).
+EMBED_STEP = 64
+
+
+def _embed_passages(embedder, inputs: list[str], progress) -> np.ndarray:
+    """The vectors of INPUTS; with a watcher, in steps that report (done, total) after each."""
+    if not inputs:
+        return np.zeros((0, 0))
+    if progress is None or len(inputs) <= EMBED_STEP:
+        return embedder.embed_passages(inputs)
+    parts = []
+    for start in range(0, len(inputs), EMBED_STEP):
+        parts.append(embedder.embed_passages(inputs[start:start + EMBED_STEP]))
+        progress(min(start + EMBED_STEP, len(inputs)), len(inputs))
+    return np.vstack(parts)
 
 
 def _store_chunks(session: Session, version_id: str, document_id: str, drafts: list[ChunkDraft],
@@ -348,24 +368,62 @@ def _index_chunk(row: Chunk, fields: dict, allowed, denied, access_version: int)
 
 # Inside deferred_index_writes, this many versions share one bulk write.
 DEFERRED_VERSIONS_PER_WRITE = 256
+# ...and none waits longer than this: a document is searchable seconds after it is done, not
+# when the whole folder is (one 20 MB file used to hold back every small one before it).
+DEFERRED_MAX_WAIT_SECONDS = 2.0
+
+
+@contextmanager
+def deferred_index_writes(ctx: WorkerContext) -> Iterator[None]:
+    """Collect index writes of many versions and write them in few bulk commits.
+
+    For in-process batch work (a folder sync): one embedded-index commit per
+    document would cost more than the rest of the pipeline. A write happens
+    when DEFERRED_VERSIONS_PER_WRITE are waiting or the oldest has waited
+    DEFERRED_MAX_WAIT_SECONDS (checked as versions arrive, and by the caller
+    with `flush_if_waiting`), and at the end. Watermarks are recorded only
+    after the write, so a crash or Ctrl-C repeats work, never skips it.
+    """
+    ctx.pending_versions, ctx.pending_deletes, ctx.pending_since = [], [], None
+    try:
+        yield
+    finally:
+        try:
+            flush_deferred_index_writes(ctx)
+        finally:
+            ctx.pending_versions = None
 
 
 def index_versions(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...] = ()) -> IndexPlan | None:
     """Phases 2 and 3: write the index through the one bulk path, then record watermarks.
 
-    Inside `ctx.deferred_index_writes()` the versions wait for a shared write.
+    Inside `deferred_index_writes(ctx)` the versions wait for a shared write.
     """
     if ctx.pending_versions is not None:
         ctx.pending_versions.extend(version_ids)
         ctx.pending_deletes.extend(extra_deletes)
+        if ctx.pending_since is None:
+            ctx.pending_since = time.monotonic()
         if len(ctx.pending_versions) >= DEFERRED_VERSIONS_PER_WRITE:
             flush_deferred_index_writes(ctx)
+        else:
+            flush_if_waiting(ctx)
         return None
     return _write_index(ctx, version_ids, extra_deletes)
 
 
+def flush_if_waiting(ctx: WorkerContext, *, before_long_work: bool = False) -> None:
+    """Write the waiting versions when the oldest waited long enough, or at once before long work
+    (a big file next): nothing already done should wait for it."""
+    if ctx.pending_since is None:
+        return
+    if before_long_work or time.monotonic() - ctx.pending_since >= DEFERRED_MAX_WAIT_SECONDS:
+        flush_deferred_index_writes(ctx)
+
+
 def flush_deferred_index_writes(ctx: WorkerContext) -> None:
     versions, deletes = ctx.pending_versions or [], ctx.pending_deletes
+    ctx.pending_since = None
     if not versions and not deletes:
         return
     ctx.pending_versions, ctx.pending_deletes = [], []

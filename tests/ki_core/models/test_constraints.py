@@ -32,6 +32,7 @@ from ki_core.models import (
     SourceObservation,
     VersionStatus,
 )
+from ki_workers.stages.chunking import FIRST_CLAUSE_ORDINAL
 
 
 @pytest.fixture
@@ -152,17 +153,19 @@ def test_observation_state_defaults_to_active(db_session: Session, world: dict) 
     "kind,ordinal,ok",
     [
         (ChunkKind.CHUNK, 0, True),
+        (ChunkKind.CHUNK, 20_360, True),  # a 20 MB text: body chunks are not capped at 1,000
         (ChunkKind.PROFILE, -1, True),
-        (ChunkKind.CLAUSE, 1000, True),
+        (ChunkKind.CLAUSE, FIRST_CLAUSE_ORDINAL, True),
         (ChunkKind.PROFILE, 0, False),
         (ChunkKind.CLAUSE, 3, False),
+        (ChunkKind.CLAUSE, 1000, False),
         (ChunkKind.CHUNK, -1, False),
-        (ChunkKind.CHUNK, 1000, False),
+        (ChunkKind.CHUNK, FIRST_CLAUSE_ORDINAL, False),
     ],
 )
 def test_chunk_ordinal_matches_its_kind(db_session: Session, world: dict, kind, ordinal, ok) -> None:
     chunk = Chunk(
-        id=2**62 + ordinal + 10,
+        id=2**61 + ordinal + 10,
         version_id=world["version"].id,
         document_id=world["document"].id,
         ordinal=ordinal,

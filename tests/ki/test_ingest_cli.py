@@ -1,0 +1,56 @@
+"""`ki ingest` as a user meets it: exit 1 naming each failed file, a size guard and excludes, plain
+progress lines off a terminal, and a warning before a large file."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ki.cli import app
+from ki_workers.context import reset_worker_context
+
+FOLDER = Path(__file__).parents[1] / "fixtures" / "folder"
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """An initialised embedded store with the hashing embedder, and a copy of the fixture folder."""
+    monkeypatch.setenv("KI_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KI_EMBEDDING__PROVIDER", "hashing")
+    monkeypatch.setenv("KI_EMBEDDING__DIMENSIONS", "64")
+    reset_worker_context()
+    assert runner.invoke(app, ["init"]).exit_code == 0
+    folder = tmp_path / "akte"
+    shutil.copytree(FOLDER, folder)
+    yield folder
+    reset_worker_context()
+
+
+def test_a_failed_file_makes_the_exit_code_1_and_is_named_with_its_reason(store: Path) -> None:
+    result = runner.invoke(app, ["ingest", str(store), "--project", "mietsache"])
+    assert result.exit_code == 1, result.output
+    assert "failed kaputt.pdf:" in result.output
+    assert "1 of 6 files failed" in result.output
+
+
+def test_excluded_and_oversized_files_are_left_out_and_the_rest_exits_0(store: Path) -> None:
+    (store / "protokoll.txt").write_text("Zeugenaussage zur Heizung. " * 60_000, encoding="utf-8")  # ~1.5 MB
+    result = runner.invoke(app, ["ingest", str(store), "--project", "mietsache", "--exclude", "*.pdf",
+                                 "--max-file-mb", "1"])
+    assert result.exit_code == 0, result.output
+    assert "skipping protokoll.txt: 1.5 MB is above --max-file-mb 1" in result.output, "warned before the work"
+    assert "skipped protokoll.txt: 1.5 MB is above the limit of 1 MB (--max-file-mb)" in result.output
+    assert "excluded (--exclude)" in result.output and "kaputt.pdf" not in result.output
+
+
+def test_off_a_terminal_progress_is_plain_lines_and_a_large_file_is_announced(store: Path) -> None:
+    (store / "protokoll.txt").write_text("Zeugenaussage zur Heizung. " * 100_000, encoding="utf-8")  # ~2.7 MB
+    result = runner.invoke(app, ["ingest", str(store), "--project", "mietsache", "--exclude", "kaputt.pdf"])
+    assert result.exit_code == 0, result.output
+    assert "large file protokoll.txt: 2.6 MB, this may take a while" in result.output
+    assert "ingest mietsache: 6/6 files, done in" in result.output

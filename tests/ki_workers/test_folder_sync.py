@@ -1,0 +1,123 @@
+"""A folder sync a user can watch: done files are searchable while a big one runs, a size guard and
+excludes, progress within a long file, and Ctrl-C that keeps what is done and resumes on the next run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from ki_core.models import Chunk, Document, DocumentVersion, ProcessingState
+from ki_core.search.index import open_index
+from ki_workers.folder_sync import FileSelection, sync_folder
+
+SMALL = {
+    "a-mahnung.txt": "Mahnung wegen offener Miete für März, Frist bis zum 15. April.",
+    "b-vermerk.txt": "Vermerk zur Besprechung mit der Mandantin über die Räumungsklage.",
+    "c-vollmacht.txt": "Vollmacht für das Verfahren vor dem Amtsgericht Charlottenburg.",
+}
+KEYS = {name.removesuffix(".txt") for name in SMALL}  # a file without a manifest entry is keyed by its stem
+# Sorted after the small files, so they are done before it starts.
+BIG = "z-protokoll.txt"
+
+
+def big_text(megabytes: float) -> str:
+    line = "Zeuge Meier erklärt zur Sache, dass die Heizung im Winter mehrfach ausfiel und der Vermieter schwieg. "
+    return line * int(megabytes * 1024 * 1024 / len(line.encode()))
+
+
+@pytest.fixture
+def matter_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "akte"
+    folder.mkdir()
+    for name, text in SMALL.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def index_document_ids(ctx) -> set[str]:
+    """Documents a separate, read-only reader of the index holds chunks of: what a concurrent search sees."""
+    with ctx.sessions() as session:
+        chunk_ids = list(session.scalars(select(Chunk.id)))
+    reader = open_index(ctx.settings, read_only=True)
+    try:
+        reader.refresh()
+        return {fields["document_id"] for fields in reader.stored_fields_of(chunk_ids).values()}
+    finally:
+        reader.close()
+
+
+def keys_of_indexed(ctx) -> set[str]:
+    with ctx.sessions() as session:
+        rows = session.execute(
+            select(Document.key).join(DocumentVersion, DocumentVersion.document_id == Document.id)
+            .where(DocumentVersion.processing_state == ProcessingState.INDEXED)
+        )
+        return set(rows.scalars())
+
+
+def test_files_done_are_searchable_while_a_20_mb_file_is_still_being_embedded(ctx, matter_folder: Path) -> None:
+    (matter_folder / BIG).write_text(big_text(20), encoding="utf-8")
+    seen_during_big: list[tuple[set[str], set[str]]] = []
+    progress: list[tuple[str, int, int]] = []
+
+    def on_chunks(relative: str, done: int, total: int) -> None:
+        progress.append((relative, done, total))
+        if not seen_during_big:
+            seen_during_big.append((keys_of_indexed(ctx), index_document_ids(ctx)))
+
+    summary = sync_folder(ctx, matter_folder, "mietsache", on_chunks=on_chunks)
+
+    assert summary.outcomes == {"new": 4}
+    indexed_then, in_index_then = seen_during_big[0]
+    assert indexed_then == KEYS, "the small files were indexed before the big one was embedded"
+    assert len(in_index_then) == len(SMALL), "and a separate reader found them in the index"
+    totals = {total for name, _, total in progress if name == BIG}
+    assert len(totals) == 1 and totals.pop() > 10_000, "a 20 MB file is some 20,000 chunks"
+    steps = [done for name, done, _ in progress if name == BIG]
+    assert steps == sorted(steps) and len(steps) > 100, "progress is reported within the file, step by step"
+
+
+def test_a_file_above_the_size_limit_is_skipped_and_listed(ctx, matter_folder: Path) -> None:
+    (matter_folder / BIG).write_text(big_text(1.5), encoding="utf-8")
+    selection = FileSelection.from_settings(ctx.settings, max_file_mb=1)
+    reported: dict[str, dict | None] = {}
+
+    summary = sync_folder(ctx, matter_folder, "mietsache", on_file=reported.__setitem__, selection=selection)
+
+    assert summary.outcomes == {"new": 3, "skipped": 1}
+    assert [name for name, _ in summary.skipped] == [BIG]
+    assert "above the limit of 1 MB" in summary.skipped[0][1]
+    assert reported[BIG]["outcome"] == "skipped"
+    assert keys_of_indexed(ctx) == KEYS
+
+
+def test_excluded_files_are_not_read_and_not_pruned(ctx, matter_folder: Path) -> None:
+    sync_folder(ctx, matter_folder, "mietsache")
+    (matter_folder / "b-vermerk.txt").write_text("Vermerk, neue Fassung: die Klage ist eingereicht.", encoding="utf-8")
+    (matter_folder / "scan.log").write_text("debug output", encoding="utf-8")
+
+    selection = FileSelection.from_settings(ctx.settings, exclude=["*.log", "b-*"])
+    summary = sync_folder(ctx, matter_folder, "mietsache", selection=selection)
+
+    assert summary.excluded == 2 and summary.files == 2 and summary.pruned == 0
+    assert summary.outcomes == {"unchanged": 2}
+    assert keys_of_indexed(ctx) == KEYS, "the excluded Vermerk keeps its indexed version; the log is never read"
+
+
+def test_ctrl_c_in_a_long_file_keeps_what_is_done_and_the_next_run_finishes_it(ctx, matter_folder: Path) -> None:
+    (matter_folder / BIG).write_text(big_text(0.5), encoding="utf-8")
+
+    def interrupt(relative: str, done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sync_folder(ctx, matter_folder, "mietsache", on_chunks=interrupt)
+    assert keys_of_indexed(ctx) == KEYS, "done files stay indexed; the interrupted one is not half in"
+    assert len(index_document_ids(ctx)) == len(SMALL)
+
+    again = sync_folder(ctx, matter_folder, "mietsache")
+    assert again.outcomes == {"unchanged": 4}
+    assert keys_of_indexed(ctx) == {*KEYS, "z-protokoll"}, "the second run resumed the interrupted file's later stages"
+    assert len(index_document_ids(ctx)) == len(SMALL) + 1
