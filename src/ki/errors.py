@@ -38,6 +38,8 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_core.search.embedded.IndexLockedError", EXIT_UNAVAILABLE),
     ("ki_core.search.types.SearchBackendError", EXIT_UNAVAILABLE),
     ("ki_core.llm.GatewayError", EXIT_UNAVAILABLE),
+    ("ki_core.embedding.EmbedderBusy", EXIT_UNAVAILABLE),
+    ("ki_query.types.QueryOverBudget", EXIT_UNAVAILABLE),
     ("ki_workers.sources.local_fs.ManifestError", EXIT_FAILED),
     ("ki_query.types.WindowTooDeep", EXIT_FAILED),
     ("ki_query.types.QueryTooLong", EXIT_CONFIG),  # a usage error: the same query will never pass

@@ -56,6 +56,9 @@ class RetrievalSettings(_Section):
     # Not in the spec's table: the longest query accepted (longer is refused, 400 / exit 2). A query
     # is embedded under the model's lock; a pasted brief of 60,000 characters held it for a minute.
     max_query_chars: int = Field(default=4000, gt=0)
+    # Not in the spec's table either: how long one search may take, the wait for the embedding
+    # model (busy with indexing or another query) included; past it the caller gets a 503.
+    query_budget_seconds: float = Field(default=10.0, gt=0)
     chunk_chars: int = Field(default=1200, gt=0)
     chunk_overlap_chars: int = Field(default=120, ge=0)
     chunk_contextualize: bool = True

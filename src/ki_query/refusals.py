@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from ki_core.embedding import EmbedderBusy
 from ki_core.llm import GatewayError
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
 from ki_query.identity import Forbidden, Unauthenticated
@@ -17,6 +18,7 @@ from ki_query.types import (
     DocumentNotFound,
     InvalidDecision,
     InvalidFilters,
+    QueryOverBudget,
     QueryTooLong,
     TraversalTooDeep,
     WindowTooDeep,
@@ -37,6 +39,8 @@ REFUSAL_STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (InvalidDecision, 400),
     (GatewayError, 502),
     (SearchBackendError, 503),
+    (EmbedderBusy, 503),
+    (QueryOverBudget, 503),
     (IndexMappingMismatch, 503),
     *((database_error, 503) for database_error in DATABASE_UNAVAILABLE),
 )

@@ -60,6 +60,7 @@ from ki_query.types import (
     HitExplanation,
     LegRank,
     NewDecision,
+    QueryOverBudget,
     RelatedDocument,
     SearchFilters,
     SearchRequest,
@@ -88,16 +89,20 @@ FILTER_FETCH_MIN = 50
 
 
 class StepClock:
-    """Milliseconds per step; a step timed twice adds up."""
+    """Milliseconds per step; a step timed twice adds up. With a budget, a lap past it raises
+    QueryOverBudget: the remaining steps are not worth doing for a caller who gave up."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget_seconds: float | None = None) -> None:
         self._start = self._last = time.perf_counter()
         self.steps: dict[str, float] = {}
+        self.budget_seconds = budget_seconds
 
     def lap(self, step: str) -> None:
         now = time.perf_counter()
         self.steps[step] = self.steps.get(step, 0.0) + (now - self._last) * 1000
         self._last = now
+        if self.budget_seconds is not None and now - self._start > self.budget_seconds:
+            raise QueryOverBudget(step, now - self._start, self.budget_seconds)
 
     def timings(self) -> StepTimings:
         return StepTimings(**self.steps, total=(time.perf_counter() - self._start) * 1000)
@@ -137,7 +142,7 @@ class RetrievalService:
         check_query_length(request.query, self.settings.retrieval.max_query_chars)
         filters = check_filters(request.filters)
         principals = _as_list(principals)
-        clock = StepClock()
+        clock = StepClock(self.settings.retrieval.query_budget_seconds)
         scope = self.access.compile_scope(principals, project_id=filters.project_id)
         clock.lap("scope")
         candidates = self._ranked_candidates(request, filters, scope, clock)
@@ -291,7 +296,7 @@ class RetrievalService:
         check_result_window(offset, limit)
         check_filters(filters)
         principals = _as_list(principals)
-        clock = StepClock()
+        clock = StepClock(self.settings.retrieval.query_budget_seconds)
         scope = self.access.compile_scope(principals, project_id=filters.project_id)
         clock.lap("scope")
         with self._session() as session:

@@ -105,6 +105,17 @@ class QueryTooLong(ValueError):
         )
 
 
+class QueryOverBudget(RuntimeError):
+    """A search ran past retrieval.query_budget_seconds (HTTP 503, retry): stopped between steps
+    rather than holding a worker and the caller any longer."""
+
+    def __init__(self, step: str, elapsed: float, budget: float) -> None:
+        super().__init__(
+            f"the search took {elapsed:.1f} s by the end of its {step} step, more than "
+            f"retrieval.query_budget_seconds = {budget:g}; the service is busy, retry"
+        )
+
+
 def check_query_length(query: str, limit: int) -> None:
     if len(query) > limit:
         raise QueryTooLong(len(query), limit)

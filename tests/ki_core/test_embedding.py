@@ -532,3 +532,40 @@ def test_retry_after_reads_seconds_and_http_dates():
     assert retry_after_seconds("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0) == 10.0
     assert retry_after_seconds("soon") is None
     assert retry_after_seconds(None) is None
+
+
+# ------------------------------------------------------------------ query guards
+
+
+def test_a_query_longer_than_e5_s_window_embeds_as_its_first_512_tokens(e5):
+    """What lies past the model's window cannot change the vector, and cannot cost its time either."""
+    window = "Kündigung des Mietvertrags wegen Eigenbedarf nach § 573 BGB. " * 60  # ~900 tokens
+    assert e5.embed_query(window).tobytes() == e5.embed_query(window + " Haftung des Geschäftsführers" * 200).tobytes()
+    short = "Kündigung des Mietvertrags wegen Eigenbedarf"
+    assert e5.embed_query(short).tobytes() != e5.embed_query(short + " Haftung des Geschäftsführers").tobytes()
+
+
+def test_a_query_waits_for_a_busy_model_no_longer_than_its_budget():
+    """Indexing (or a long query) holding the model must not keep a query waiting past its budget."""
+    from ki_core.embedding import _MODEL_LOCK, EmbedderBusy
+
+    waiting = E5SmallEmbedder(query_wait_seconds=0.3)
+    held, release = threading.Event(), threading.Event()
+
+    def busy_model() -> None:
+        with _MODEL_LOCK:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=busy_model)
+    holder.start()
+    held.wait(5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(EmbedderBusy, match="retrieval.query_budget_seconds"):
+            waiting.embed_query("Mietminderung")
+        assert time.monotonic() - started < 2
+    finally:
+        release.set()
+        holder.join()
+    assert waiting.embed_query("Mietminderung").shape == (384,), "free again: the query is answered"

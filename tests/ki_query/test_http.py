@@ -220,3 +220,13 @@ def test_a_query_longer_than_the_limit_is_400_naming_the_setting_before_any_work
         assert response.status_code == 400, route
         assert "retrieval.max_query_chars = 4,000" in response.json()["detail"]
     assert _search(client, {"X-API-Key": ANNA_KEY}, query="Mietvertrag " * 300).status_code == 200
+
+
+def test_a_search_past_its_time_budget_is_503_naming_the_setting(folder_world: FolderWorld, signing_key) -> None:  # noqa: F811
+    """Stopped between steps, not carried on for a caller who gave up: one slow search must not hold a worker."""
+    service, index, _ = folder_world.service(query_budget_seconds=1e-6)
+    client = TestClient(create_query_app(keyed_settings(folder_world, signing_key), lambda: service))
+    response = _search(client, {"X-API-Key": ANNA_KEY})
+    assert response.status_code == 503
+    assert "retrieval.query_budget_seconds = 1e-06" in response.json()["detail"]
+    assert index.requests == [], "the budget ran out at the scope step, before the legs were sent"
