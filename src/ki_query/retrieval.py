@@ -447,11 +447,18 @@ def retrieval_service_from_settings(settings: Settings, *, gateway: ChatGateway 
     from ki_core.db import engine_from_settings, session_factory
     from ki_core.embedding import embedder_from_settings
     from ki_core.search.index import open_index
+    from ki_core.store_identity import bind_index_to_store
 
     engine = engine_from_settings(settings)
     sessions: sessionmaker[Session] = session_factory(engine)
     index = open_index(settings, read_only=True)
-    index.ensure()
+    try:
+        index.ensure()
+        bind_index_to_store(index, settings, sessions, claim=False)
+    except BaseException:
+        index.close()
+        engine.dispose()
+        raise
     embedder = embedder_from_settings(settings)
     service = RetrievalService(settings, sessions, index, embedder, AccessService(sessions, settings), gateway)
     service._closers += [engine.dispose, index.close]

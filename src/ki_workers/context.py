@@ -18,6 +18,7 @@ from ki_core.config import Settings, get_settings
 from ki_core.db import engine_from_settings, session_factory
 from ki_core.embedding import Embedder, embedder_from_settings
 from ki_core.search.index import SearchIndex, open_index
+from ki_core.store_identity import bind_index_to_store
 
 
 @dataclass
@@ -47,7 +48,12 @@ class WorkerContext:
         with self._lock:
             if self._index is None:
                 index = open_index(self.settings)
-                index.ensure()
+                try:
+                    index.ensure()
+                    bind_index_to_store(index, self.settings, self.sessions, claim=True)
+                except BaseException:
+                    index.close()
+                    raise
                 self._index = index
             return self._index
 

@@ -25,6 +25,7 @@ from ki_core.embedding import signature_slug
 from ki_core.models import Chunk, DocumentVersion, ProcessingState, SourceObservation
 from ki_core.models.base import utcnow
 from ki_core.search.index import IndexOp, SearchIndex, open_index
+from ki_core.store_identity import StoreMismatch, mismatch_message, sql_store_id
 from ki_workers.context import WorkerContext
 from ki_workers.stages.embed_index import embed_version, index_versions, plan_index_writes, record_watermarks
 
@@ -48,8 +49,13 @@ class RebuildReport:
     caught_up_versions: int = 0
 
 
-def rebuild_index(ctx: WorkerContext, on_progress: Callable[[int, int], None] | None = None) -> RebuildReport:
+def rebuild_index(
+    ctx: WorkerContext, on_progress: Callable[[int, int], None] | None = None, *, replace_foreign: bool = False
+) -> RebuildReport:
+    """`replace_foreign`: rebuild even when the live index was filled from another store's database
+    (refused by default: that store's searches would find nothing afterwards)."""
     signature = ctx.embedder().signature
+    store_id = _store_to_rebuild(ctx, replace_foreign)
     with ctx.sessions() as session:
         version_ids = list(
             session.scalars(
@@ -90,6 +96,7 @@ def rebuild_index(ctx: WorkerContext, on_progress: Callable[[int, int], None] | 
         _write_plan(ctx, target, list(changed), watermarks)
         caught_up |= changed
     target.refresh()
+    target.claim_store(store_id)
     name = finish()
     time.sleep(SETTLE_SECONDS)
     late = versions_changed_since(ctx, since, caught_up)
@@ -98,6 +105,19 @@ def rebuild_index(ctx: WorkerContext, on_progress: Callable[[int, int], None] | 
     if late:
         index_versions(ctx, sorted(late))  # through the live index: the new one now
     return RebuildReport(len(version_ids), chunks, len(foreign), name, len(caught_up.keys() | late.keys()))
+
+
+def _store_to_rebuild(ctx: WorkerContext, replace_foreign: bool) -> str:
+    """This database's store id, once the live index is known not to be another store's (or may be replaced)."""
+    ours = sql_store_id(ctx.sessions)
+    live = open_index(ctx.settings, read_only=True)
+    try:
+        theirs = live.store_id()
+    finally:
+        live.close()
+    if theirs is not None and theirs != ours and not replace_foreign:
+        raise StoreMismatch(mismatch_message(ctx.settings, ours, theirs))
+    return ours
 
 
 def versions_changed_since(ctx: WorkerContext, since: datetime, seen: dict[str, datetime]) -> dict[str, datetime]:

@@ -24,6 +24,7 @@ from ki_core.models.events import EventStatus, IngestEvent, MetadataArtifact, So
 from ki_core.models.graph import DecisionEvidence, DecisionRecord, Relation, RelationKind
 from ki_core.models.ontology import OntologyClosure, OntologyKind, OntologyNode
 from ki_core.models.sources import ObservationState, Source, SourceKind, SourceObject, SourceObservation
+from ki_core.models.store import StoreIdentity
 
 __all__ = [
     "AccessGeneration",
@@ -58,6 +59,7 @@ __all__ = [
     "SourceObject",
     "SourceObservation",
     "SourceWatermark",
+    "StoreIdentity",
     "VersionStatus",
     "new_id",
 ]

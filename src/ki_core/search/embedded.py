@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = "LOCK"
 STORE_FILE = "chunks.sqlite3"
+# The SQL store's id (ki_core.store_identity), a one-line text file beside the chunk store.
+STORE_ID_FILE = "store-id"
 TABLE_FILE = "table.npz"
 TEXT_DIR = "text"
 # The writer saves the in-memory table after this many commits or changed rows (and on close),
@@ -236,6 +238,19 @@ class EmbeddedIndex:
                 f"the search index at {self.path} holds {state.dimensions}-dimensional vectors but the "
                 f"configured embedder produces {self.dimensions}; run `ki reindex` to rebuild it"
             )
+
+    def store_id(self) -> str | None:
+        try:
+            return (self.path / STORE_ID_FILE).read_text(encoding="ascii").strip() or None
+        except FileNotFoundError:
+            return None
+
+    def claim_store(self, store_id: str) -> None:
+        """Written to a temporary file and renamed, so a reader never sees half an id."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        partial = self.path / f"{STORE_ID_FILE}.partial"
+        partial.write_text(store_id + "\n", encoding="ascii")
+        os.replace(partial, self.path / STORE_ID_FILE)
 
     def refresh(self) -> None:
         """Writes are committed by bulk; this makes a reader see the writer's latest commit."""

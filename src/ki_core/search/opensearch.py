@@ -98,6 +98,10 @@ def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
     )
 
 
+# The `_meta` key of the mapping that names the SQL store filling the index (ki_core.store_identity).
+STORE_ID_META = "ki_store_id"
+
+
 def signature_index_name(base: str, signature: str) -> str:
     """`<base>--<slug>-<hash8>`: readable, a legal index name, distinct per signature."""
     slug = re.sub(r"[^a-z0-9._-]+", "-", signature.lower()).strip("-._")
@@ -576,6 +580,17 @@ class OpenSearchIndex:
                 f"apply the access filter inside the search; run `ki reindex` with retrieval.vector_engine "
                 f"{' or '.join(FILTERING_KNN_ENGINES)}"
             )
+
+    def store_id(self) -> str | None:
+        """From the `_meta` of the concrete index behind the alias; None while there is no index."""
+        if not self._call(self.client.indices.exists, index=self.alias):
+            return None
+        mappings = self._call(self.client.indices.get_mapping, index=self.alias)
+        found = {m.get("mappings", {}).get("_meta", {}).get(STORE_ID_META) for m in mappings.values()}
+        return next(iter(found)) if len(found) == 1 else None
+
+    def claim_store(self, store_id: str) -> None:
+        self._call(self.client.indices.put_mapping, index=self.alias, body={"_meta": {STORE_ID_META: store_id}})
 
     def rebuild_into(self, new_name: str) -> OpenSearchIndex:
         """A new, empty concrete index beside the live one, for `ki reindex` to fill."""

@@ -29,9 +29,16 @@ class Backend:
     opener: Callable[[int], SearchIndex]
     cosine: Callable[[float], float]
     opened: list[SearchIndex] = field(default_factory=list)
+    # A handle as another process's reader holds it (embedded: read-only, no writer lock).
+    reader: Callable[[int], SearchIndex] | None = None
 
     def open(self, dims: int = DIMS) -> SearchIndex:
         index = self.opener(dims)
+        self.opened.append(index)
+        return index
+
+    def open_reader(self, dims: int = DIMS) -> SearchIndex:
+        index = (self.reader or self.opener)(dims)
         self.opened.append(index)
         return index
 
@@ -42,7 +49,10 @@ class Backend:
 
 
 def embedded_backend(path: Path) -> Backend:
-    return Backend("embedded", lambda dims: EmbeddedIndex(path, dimensions=dims), lambda score: score)
+    return Backend(
+        "embedded", lambda dims: EmbeddedIndex(path, dimensions=dims), lambda score: score,
+        reader=lambda dims: EmbeddedIndex(path, dimensions=dims, read_only=True),
+    )
 
 
 def opensearch_backend() -> tuple[Backend, Callable[[], None]]:

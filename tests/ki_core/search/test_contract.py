@@ -481,3 +481,14 @@ def test_stored_fields_of_many_chunks_are_those_of_each_and_skip_the_missing(loa
     stored = loaded_index.stored_fields_of(wanted)
     assert set(stored) == {c.chunk_id for c in FIXTURE_CHUNKS}
     assert all(stored[chunk_id] == loaded_index.stored_fields(chunk_id) for chunk_id in (101, 118, 126))
+
+
+def test_an_index_carries_the_store_that_claimed_it_for_every_handle(backend, search_index: SearchIndex) -> None:
+    """ki_core.store_identity compares this with the database's store id: a reader opened later
+    (another process) must see the writer's claim."""
+    assert search_index.store_id() is None, "a new index belongs to no store yet"
+    search_index.claim_store("a" * 32)
+    other = backend.open_reader()
+    assert other.store_id() == "a" * 32
+    search_index.claim_store("b" * 32)
+    assert other.store_id() == "b" * 32, "a rebuilt store's claim replaces the old one"
