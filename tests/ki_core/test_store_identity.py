@@ -18,6 +18,7 @@ from ki_core.db import make_engine, session_factory
 from ki_core.grants import GrantTarget, grant
 from ki_core.models import Project
 from ki_workers.context import reset_worker_context
+from tests.ki_core.test_migrations import empty_pg_url  # noqa: F401 - fixture
 
 FOLDER = Path(__file__).parents[1] / "fixtures" / "folder"
 runner = CliRunner(env={"COLUMNS": "250"})
@@ -105,3 +106,27 @@ def test_a_new_store_answers_a_search_with_no_hits(monkeypatch, tmp_path: Path) 
     assert "is ready" in initialised.output and "next: ki ingest" in initialised.output
     result = ki(monkeypatch, database, "search", "Mietvertrag", "--as", "anna")
     assert result.exit_code == 0 and "no hits" in result.output
+
+
+# ------------------------------------------------------------------ moving a store
+
+
+def test_a_store_moves_to_postgresql_keeps_its_index_and_refuses_a_used_target(
+    monkeypatch, first_store: Path, empty_pg_url: str  # noqa: F811
+) -> None:
+    before = hits(monkeypatch, first_store)
+    moved = ki(monkeypatch, first_store, "store", "migrate", "--to", empty_pg_url)
+    assert moved.exit_code == 0, moved.output
+    assert "copied chunks:" in moved.output and "Next: set database.url" in moved.output
+
+    monkeypatch.setenv("KI_DATABASE__URL", empty_pg_url)
+    get_settings.cache_clear()
+    from ki.commands import query
+
+    query._service.cache_clear()
+    on_postgres = runner.invoke(app, ["search", "Mietvertrag", "--as", "anna"])
+    assert on_postgres.exit_code == 0 and on_postgres.output == before, "the same store: same index, same hits"
+    query._service.cache_clear()
+
+    again = ki(monkeypatch, first_store, "store", "migrate", "--to", empty_pg_url)
+    assert again.exit_code == 1 and "the target database is not empty" in again.output
