@@ -12,7 +12,7 @@ from rich.table import Table
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
-    from ki_query.federated_search import FederatedAnswer
+    from ki_query.federation.search import FederatedAnswer
 
 EXCERPT_CHARS = 160
 
@@ -28,7 +28,7 @@ def ask(
 ) -> None:
     """Ask every selected corpus at once; hits show corpus, address, retrieval kinds and score."""
     from ki_core.config import load_settings
-    from ki_query.federated_search import FederatedSearch, firm_service_from_settings
+    from ki_query.federation.search import FederatedSearch, firm_service_from_settings
 
     settings = load_settings()
     firm_service = firm_service_from_settings(settings) if not corpora or "firm" in corpora else None

@@ -43,7 +43,7 @@ def load(
     from ki_core.embedding import embedder_from_settings
     from ki_core.migrate import upgrade_to_head
     from ki_core.models.corpora import CorpusKind
-    from ki_query.corpus_loader import load_corpus
+    from ki_query.federation.corpus_loader import load_corpus
 
     settings = load_settings()
     upgrade_to_head(settings.database_url)
@@ -72,7 +72,7 @@ def list_corpora(as_json: Annotated[bool, typer.Option("--json", help="Plain JSO
     from ki_core.config import load_settings
     from ki_core.db import engine_from_settings, session_factory
     from ki_core.embedding import embedder_from_settings
-    from ki_query.corpora import CorpusRegistry
+    from ki_query.federation.registry import CorpusRegistry
 
     settings = load_settings()
     engine = engine_from_settings(settings)

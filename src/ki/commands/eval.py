@@ -17,7 +17,7 @@ from rich.table import Table
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
-    from ki_query.evaluation import EvalReport
+    from ki_query.federation.evaluation import EvalReport
 
 HYBRID = "lexical,semantic,identifier"
 
@@ -35,8 +35,8 @@ def eval_command(
     from ki_core.config import load_settings
     from ki_core.db import engine_from_settings, session_factory
     from ki_core.embedding import embedder_from_settings
-    from ki_query.corpora import CorpusRegistry
-    from ki_query.evaluation import evaluate, load_queries
+    from ki_query.federation.registry import CorpusRegistry
+    from ki_query.federation.evaluation import evaluate, load_queries
 
     settings = load_settings()
     runs = legs or [HYBRID]
@@ -61,7 +61,7 @@ def eval_command(
 
 def run_label(legs: str) -> str:
     """'lexical', 'semantic', 'lexical+semantic', ...; all three legs are 'hybrid'."""
-    from ki_query.corpus_retriever import parse_legs
+    from ki_query.federation.corpus_retriever import parse_legs
 
     chosen = parse_legs(legs)
     if chosen == parse_legs(None):
@@ -70,7 +70,7 @@ def run_label(legs: str) -> str:
 
 
 def _print(corpus: str, reports: list[EvalReport], k: int) -> None:
-    from ki_query.evaluation import table_header, table_rows
+    from ki_query.federation.evaluation import table_header, table_rows
 
     table = Table(title=f"retrieval eval of corpus {corpus} ({reports[0].count()} queries)")
     for column in table_header(k):

@@ -21,14 +21,14 @@ from ki_core.embedding import HashingEmbedder
 from ki_core.models.corpora import Corpus, CorpusKind, CorpusUnit
 from ki_core.search import open_index
 from ki_core.search.types import LegHits, MultiSearchResult, SearchFilters
-from ki_query.corpora import CorpusRegistry, FirmIndexCorpus
-from ki_query.corpus_errors import CorpusEmbeddingMismatch, CorpusLoadError, UnknownCorpus
-from ki_query.corpus_loader import load_corpus, split_text
-from ki_query.corpus_retriever import CorpusRetriever, HybridWeights
-from ki_query.corpus_units import UnitStore
-from ki_query.federation import FederatedRetriever
+from ki_query.federation.registry import CorpusRegistry, FirmIndexCorpus
+from ki_query.federation.errors import CorpusEmbeddingMismatch, CorpusLoadError, UnknownCorpus
+from ki_query.federation.corpus_loader import load_corpus, split_text
+from ki_query.federation.corpus_retriever import CorpusRetriever, HybridWeights
+from ki_query.federation.corpus_units import UnitStore
+from ki_query.federation.retriever import FederatedRetriever
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "statutes-excerpt.jsonl"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "statutes-excerpt.jsonl"
 EMBEDDER = HashingEmbedder(dimensions=384)
 
 

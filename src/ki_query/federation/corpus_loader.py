@@ -36,7 +36,7 @@ from ki_core.identifiers import extract, normalize_law
 from ki_core.models.corpora import Corpus, CorpusKind, CorpusUnit
 from ki_core.search import DeleteOp, IndexOp, SearchIndex, open_index
 from ki_core.search.types import IndexChunk
-from ki_query.corpus_errors import CorpusLoadError
+from ki_query.federation.errors import CorpusLoadError
 
 UNIT_KIND = "chunk"
 SECTION_KIND = "section"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ki_query.federated_ranking import hit_rank, quota_cut
-from ki_query.federation import FederatedRetriever
+from ki_query.federation.ranking import hit_rank, quota_cut
+from ki_query.federation.retriever import FederatedRetriever
 from tests.ki_query.memory_corpora import FixedHitsRetriever, MemoryRegistry
 
 

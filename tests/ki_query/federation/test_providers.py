@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ki_query.corpus_errors import ProviderConfigError
-from ki_query.federation import Address, FederatedRetriever
-from ki_query.federation_providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise, expand_sections
+from ki_query.federation.errors import ProviderConfigError
+from ki_query.federation.retriever import Address, FederatedRetriever
+from ki_query.federation.providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise, expand_sections
 from tests.ki_query.memory_corpora import MemoryRegistry, MemoryRetriever, fixture_records, record_hit
 
 CORPORA = {

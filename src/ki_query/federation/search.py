@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.config import Settings
 from ki_core.embedding import Embedder
-from ki_query.corpora import CorpusRegistry, FirmIndexCorpus, FirmSearchService, UnknownCorpus
-from ki_query.federation import FederatedRetriever
-from ki_query.federation_providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise
+from ki_query.federation.registry import CorpusRegistry, FirmIndexCorpus, FirmSearchService, UnknownCorpus
+from ki_query.federation.retriever import FederatedRetriever
+from ki_query.federation.providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise
 from ki_query.types import check_query_length
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.models.corpora import CorpusUnit
-from ki_query.corpus_loader import unit_address
+from ki_query.federation.corpus_loader import unit_address
 
 Hit = dict[str, Any]
 

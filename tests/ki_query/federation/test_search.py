@@ -11,11 +11,11 @@ from ki_core.config import load_settings
 from ki_core.db import make_engine, session_factory
 from ki_core.embedding import HashingEmbedder
 from ki_core.models.corpora import CorpusKind
-from ki_query.corpus_errors import UnknownCorpus
-from ki_query.corpus_loader import load_corpus
-from ki_query.federated_search import FederatedSearch
+from ki_query.federation.errors import UnknownCorpus
+from ki_query.federation.corpus_loader import load_corpus
+from ki_query.federation.search import FederatedSearch
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "statutes-excerpt.jsonl"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "statutes-excerpt.jsonl"
 EMBEDDER = HashingEmbedder(dimensions=384)
 # A framework contract and its annex: both have a § 1 and a § 2, like the statutes do.
 CONTRACT = [

@@ -23,9 +23,9 @@ from ki_core.identifiers import Identifier, extract, normalize_law, query_identi
 from ki_core.models.corpora import CorpusUnit
 from ki_core.search import SearchIndex
 from ki_core.search.types import Leg, MultiSearchRequest, ScopeFilter, SearchFilters, oversampled_window
-from ki_query.corpus_loader import SECTION_KIND, UNIT_KIND, section_key
-from ki_query.corpus_units import Hit, UnitStore, unit_hit
-from ki_query.federation_providers import expand_sections
+from ki_query.federation.corpus_loader import SECTION_KIND, UNIT_KIND, section_key
+from ki_query.federation.corpus_units import Hit, UnitStore, unit_hit
+from ki_query.federation.providers import expand_sections
 
 
 ALL_LEGS = frozenset(Leg)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from ki_query.federated_ranking import Hit, fuse, named_corpus_first, quota_cut
+from ki_query.federation.ranking import Hit, fuse, named_corpus_first, quota_cut
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ NamedCorpora = Callable[[str, list[str]], Sequence[str]]
 
 
 class CorpusRegistryLike(Protocol):
-    """What the federation needs of a registry (ki_query.corpora.CorpusRegistry is one)."""
+    """What the federation needs of a registry (ki_query.federation.registry.CorpusRegistry is one)."""
 
     def available(self) -> list[str]: ...
 

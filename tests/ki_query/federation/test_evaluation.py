@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ki_query.evaluation import EvalQuery, evaluate, ndcg_at, ranked_records, recall_at
+from ki_query.federation.evaluation import EvalQuery, evaluate, ndcg_at, ranked_records, recall_at
 
 
 def hit(record_id: str) -> dict:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ki_core.identifiers import extract, normalize_law
-from ki_query.corpus_errors import ProviderConfigError
-from ki_query.federation import Address
+from ki_query.federation.errors import ProviderConfigError
+from ki_query.federation.retriever import Address
 
 # A range "§§ 11-14" is expanded to its sections only when it is short: a long range is a
 # block of rules, and the federation fetches at most max_verweis_normen targets anyway.

@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from ki_query.federation import Address, FederatedRetriever
+from ki_query.federation.retriever import Address, FederatedRetriever
 from tests.ki_query.memory_corpora import (
     BasicKeywordsRetriever,
     BrokenRetriever,

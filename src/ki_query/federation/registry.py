@@ -26,10 +26,10 @@ from ki_core.config import Settings
 from ki_core.embedding import Embedder
 from ki_core.models.corpora import Corpus
 from ki_core.search import SearchIndex, index_signature, open_index
-from ki_query.corpus_errors import CorpusEmbeddingMismatch, UnknownCorpus
-from ki_query.corpus_loader import index_metric
-from ki_query.corpus_retriever import CorpusRetriever, HybridWeights, negative_threshold_for
-from ki_query.corpus_units import UnitStore
+from ki_query.federation.errors import CorpusEmbeddingMismatch, UnknownCorpus
+from ki_query.federation.corpus_loader import index_metric
+from ki_query.federation.corpus_retriever import CorpusRetriever, HybridWeights, negative_threshold_for
+from ki_query.federation.corpus_units import UnitStore
 
 
 FIRM_CORPUS_ID = "firm"

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ki_query.corpus_errors import EvalFileError
+from ki_query.federation.errors import EvalFileError
 
 RANKING_DEPTH = 100
 
