@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -305,12 +305,20 @@ _WORD = re.compile(r"\w+")
 
 def hashed_features(text: str) -> list[str]:
     """Lower-cased words and the character trigrams of each word (with boundary marks)."""
-    features = []
-    for word in _WORD.findall(text.lower()):
-        features.append("w:" + word)
-        padded = f"<{word}>"
-        features.extend("c:" + padded[i : i + 3] for i in range(len(padded) - 2))
-    return features
+    return [feature for word in _WORD.findall(text.lower()) for feature in _word_features(word)]
+
+
+def _word_features(word: str) -> list[str]:
+    padded = f"<{word}>"
+    return ["w:" + word, *("c:" + padded[i : i + 3] for i in range(len(padded) - 2))]
+
+
+@lru_cache(maxsize=200_000)
+def _word_codes(word: str) -> np.ndarray:
+    """The 64-bit feature hashes of one word: words repeat, so each is hashed once (same values
+    as hashing every feature each time; a blake2b per feature was most of an ingest's CPU)."""
+    codes = [int.from_bytes(hashlib.blake2b(f.encode(), digest_size=8).digest(), "little") for f in _word_features(word)]
+    return np.array(codes, dtype=np.uint64)
 
 
 class HashingEmbedder:
@@ -342,13 +350,10 @@ class HashingEmbedder:
         return self.embed_passages([text])[0]
 
     def _accumulate(self, row: np.ndarray, text: str) -> None:
-        hashes = [
-            int.from_bytes(hashlib.blake2b(f.encode(), digest_size=8).digest(), "little")
-            for f in hashed_features(text)
-        ]
-        if not hashes:
+        words = _WORD.findall(text.lower())
+        if not words:
             return
-        codes = np.array(hashes, dtype=np.uint64)
+        codes = np.concatenate([_word_codes(word) for word in words])
         buckets = (codes % np.uint64(self.dimensions)).astype(np.intp)
         signs = np.where(codes >> np.uint64(63), 1.0, -1.0).astype(np.float32)
         np.add.at(row, buckets, signs)
