@@ -5,6 +5,10 @@ workers otherwise. Files that vanished from the folder lose their observation
 (they leave search; SQL keeps the history). Files the caller excluded, or
 skipped as too large, are left as they are: not read, not pruned.
 
+A single file is synced as part of its folder (`only`, see `file_in_folder`):
+the same source and object a sync of the whole folder uses, and no pruning,
+since the other files were not looked at.
+
 In-process, index writes are shared by a few files at a time and none waits
 more than a couple of seconds (stages.embed_index.deferred_index_writes), and
 the waiting ones are written before a large file starts, so what is done is
@@ -13,7 +17,7 @@ searchable while the rest runs, and Ctrl-C loses only the file in progress.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -83,18 +87,23 @@ class SyncSummary:
     errors: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     excluded: int = 0
-    pruned: int = 0
+    # None: not looked for (a sync of single files does not prune).
+    pruned: int | None = 0
     relations: int = 0
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
 
-def folder_files(root: Path, selection: FileSelection) -> tuple[list[FolderFile], list[str]]:
-    """(files to read, relative paths excluded), in the folder's stable order."""
+def folder_files(
+    root: Path, selection: FileSelection, only: Collection[str] | None = None
+) -> tuple[list[FolderFile], list[str]]:
+    """(files to read, relative paths excluded), in the folder's stable order; `only`: of these relative paths."""
     files, excluded = [], []
     for path in iter_files(root):
         relative = path.relative_to(root).as_posix()
+        if only is not None and relative not in only:
+            continue
         if selection.excluded(relative):
             excluded.append(relative)
         else:
@@ -104,6 +113,17 @@ def folder_files(root: Path, selection: FileSelection) -> tuple[list[FolderFile]
 
 def source_name_for(root: Path) -> str:
     return f"local:{root.resolve()}"
+
+
+def file_in_folder(ctx: WorkerContext, path: Path) -> tuple[Path, str]:
+    """(folder root, relative path) to sync a single file as: under the nearest folder synced before
+    that holds it, so it stays the object a sync of that folder sees; else under its own folder."""
+    path = path.resolve()
+    with ctx.sessions() as session:
+        configs = session.scalars(select(Source.config).where(Source.kind == SourceKind.LOCAL_FS))
+        roots = {Path(config["root"]) for config in configs if config.get("root")}
+    root = next((folder for folder in path.parents if folder in roots), path.parent)
+    return root, path.relative_to(root).as_posix()
 
 
 def register_folder(ctx: WorkerContext, root: Path, project_name: str) -> tuple[str, str]:
@@ -152,11 +172,13 @@ def sync_folder(
     *,
     selection: FileSelection | None = None,
     on_chunks: OnChunks | None = None,
+    only: Collection[str] | None = None,
 ) -> SyncSummary:
+    """Ingest the folder's files (`only`: just these relative paths, pruning nothing), then link."""
     selection = selection or FileSelection.from_settings(ctx.settings)
     manifest, _ = load_manifest(root)
     source_id, project_id = register_folder(ctx, root, project_name)
-    files, excluded = folder_files(root, selection)
+    files, excluded = folder_files(root, selection, only)
     summary = SyncSummary(excluded=len(excluded))
     seen: set[str] = set(excluded)
     with deferred_index_writes(ctx):
@@ -164,7 +186,7 @@ def sync_folder(
     if ctx.settings.broker.eager:
         with ctx.sessions() as session, session.begin():
             link_project_references(session, project_id)
-    summary.pruned = prune_missing(ctx, source_id, seen)
+    summary.pruned = prune_missing(ctx, source_id, seen) if only is None else None
     summary.relations = link_manifest_relations(ctx, project_id, manifest)
     return summary
 

@@ -1,4 +1,4 @@
-"""`ki ingest PATH --project NAME`, `ki worker`, `ki reindex`."""
+"""`ki ingest PATH --project NAME` (a folder, or one file of it), `ki worker`, `ki reindex`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 
 @cli_errors
 def ingest(
-    path: Path = typer.Argument(..., exists=True, file_okay=False, dir_okay=True, help="Folder to ingest (recursively)."),
+    path: Path = typer.Argument(
+        ..., exists=True, file_okay=True, dir_okay=True,
+        help="Folder to ingest (recursively), or one file: then only it, as part of its folder.",
+    ),
     project: str = typer.Option(..., "--project", help="Project (client) the documents belong to; created if new."),
     matter: str | None = typer.Option(None, "--matter", help="Matter for files the manifest does not assign."),
     max_file_mb: float | None = typer.Option(
@@ -39,20 +42,24 @@ def ingest(
     searchable a few seconds after it is done, while the rest runs; Ctrl-C
     stops after the current step, keeping what is done (run it again to go on).
     Exits 1 when any file failed, listing each with its reason.
+
+    PATH may be a single file: it is ingested as part of the nearest folder
+    ingested before that holds it (else its own folder), with that folder's
+    manifest, and the folder's other files are left as they are.
     """
     from rich.console import Console
 
     from ki.commands.store import prepare_store
     from ki_core.config import load_settings
     from ki_workers.context import worker_context
-    from ki_workers.folder_sync import FileSelection, folder_files, sync_folder
+    from ki_workers.folder_sync import FileSelection, sync_folder
 
     settings = load_settings()
     prepare_store(settings)
     selection = FileSelection.from_settings(settings, max_file_mb=max_file_mb, exclude=exclude)
     ctx = worker_context()
     console, stderr = Console(), Console(stderr=True)
-    files, _ = folder_files(path, selection)
+    root, only, files = _files_to_read(ctx, path, selection)
     _warn_about_large_files(stderr, files, selection)
     chunks_before = _chunk_count(ctx)
     errors = 0
@@ -68,7 +75,8 @@ def ingest(
             def on_chunks(relative: str, done: int, total: int) -> None:
                 progress.update(progress.done, current=f"{relative}: {done}/{total} chunks embedded")
 
-            summary = sync_folder(ctx, path, project, matter, on_file=on_file, selection=selection, on_chunks=on_chunks)
+            summary = sync_folder(ctx, root, project, matter, on_file=on_file, selection=selection, on_chunks=on_chunks,
+                                  only=only)
     except KeyboardInterrupt:
         stderr.print("interrupted: the files finished so far are searchable; run the same ki ingest again to go on",
                       markup=False, highlight=False)
@@ -76,6 +84,23 @@ def ingest(
     _print_summary(console, summary, _chunk_count(ctx) - chunks_before, settings.broker.eager)
     if summary.errors:
         raise typer.Exit(1)
+
+
+def _files_to_read(ctx, path: Path, selection) -> tuple[Path, list[str] | None, list[FolderFile]]:
+    """(folder to sync, the relative paths to sync of it: None for all, the files it will read)."""
+    from ki_workers.folder_sync import file_in_folder, folder_files
+
+    root, only = path, None
+    if not path.is_dir():
+        root, relative = file_in_folder(ctx, path)
+        only = [relative]
+    files, excluded = folder_files(root, selection, only)
+    if only and not files and not excluded:
+        raise typer.BadParameter(f"{path} is hidden or the folder's manifest: a folder ingest does not read it either",
+                                 param_hint="PATH")
+    if only:
+        typer.echo(f"{only[0]}: as part of folder {root}", err=True)
+    return root, only, files
 
 
 def _warn_about_large_files(console: Console, files: list[FolderFile], selection) -> None:
@@ -111,7 +136,7 @@ def _print_summary(console: Console, summary: SyncSummary, new_chunks: int, eage
     if summary.excluded:
         table.add_row("excluded (--exclude)", str(summary.excluded))
     table.add_row("chunks added", str(new_chunks) if eager else "(workers)")
-    table.add_row("removed from folder", str(summary.pruned))
+    table.add_row("removed from folder", "(not checked: single file)" if summary.pruned is None else str(summary.pruned))
     table.add_row("manifest relations added", str(summary.relations))
     console.print(table)
     for relative, reason in summary.skipped:
