@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
 from datetime import date
 from enum import Enum
 from functools import cache
@@ -10,12 +10,16 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.tree import Tree
 
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
     from ki_core.search.types import SearchFilters
+    from ki_query.id_prefix import IdKind
+    from ki_query.types import DocumentView, Hit, HitExplanation, SourceRef, TraversalResult, VersionRef
 
 decisions_app = typer.Typer(help="Decision records: what changed, why, and on which evidence.", no_args_is_help=True)
 console = Console()
@@ -76,6 +80,30 @@ def _parse_date(value: str | None) -> date | None:
     return date.fromisoformat(value) if value else None
 
 
+def _visible_id(kind: IdKind, reference: str, principals: list[str]) -> str:
+    """The whole id of what the caller may see that REFERENCE (an id or a unique prefix) names."""
+    from ki_core.acl import viewer_for
+    from ki_query.id_prefix import resolve_visible_id
+
+    service = _service()
+    with service._session() as session:
+        return resolve_visible_id(session, viewer_for(session, principals, service.settings), kind, reference)
+
+
+def _matter_names(views: Iterable[DocumentView]) -> dict[str, str]:
+    """{matter id: name} of the documents shown; a visible document's matter is no secret."""
+    from sqlalchemy import select
+
+    from ki_core.acl import in_set
+    from ki_core.models import Matter
+
+    ids = {view.matter_id for view in views if view.matter_id}
+    if not ids:
+        return {}
+    with _service()._session() as session:
+        return dict(session.execute(select(Matter.id, Matter.name).where(in_set(Matter.id, ids))).all())
+
+
 @cli_errors
 def search(
     query: str = typer.Argument(..., help="Words, a pasted case number or a § reference."),
@@ -104,27 +132,64 @@ def search(
     if as_json:
         typer.echo(response.model_dump_json(indent=2))
         return
-    print_hits(response.hits, title=f"{query!r} as {', '.join(as_)}", explain=explain)
+    title = escape(f"{query!r} as {', '.join(as_)}")
+    console.print(_hits_table(response.hits, title, ranked=True) if response.hits else f"{title}: no hits")
+    if explain:
+        for n, hit in enumerate(response.hits, start=1):
+            if hit.explain is not None:
+                console.print(_explain_tree(n, hit, hit.explain))
 
 
-def print_hits(hits, title: str, explain: bool = False) -> None:
+def _hits_table(hits: Iterable[Hit], title: str, ranked: bool) -> Table:
+    """One row per hit; ids in full, since `ki get`, `ki related` and `ki access explain` take them."""
     table = Table(title=title, show_lines=True)
-    for column in ("#", "score", "document", "version", "excerpt"):
-        table.add_column(column, overflow="fold")
+    columns = ("#", "score", "document", "version", "excerpt") if ranked else ("#", "document", "version", "excerpt")
+    for column in columns:
+        table.add_column(column, overflow="fold", min_width=36 if column == "document" else None)
     for n, hit in enumerate(hits, start=1):
         citation = hit.citation
-        version = f"{citation.version.label or citation.version.id[:8]} ({citation.version.status})"
-        ids = f"\n[cyan]{', '.join(hit.matched_identifiers)}[/]" if hit.matched_identifiers else ""
-        table.add_row(str(n), f"{hit.score:.4f}", f"{citation.document.title or citation.document.key}\n[dim]{citation.project.name}[/]{ids}",
-                      version, citation.excerpt[:240])
-        if explain and hit.explain is not None:
-            table.add_row("", "", "[dim]explain[/]", "", f"[dim]{_explain_line(hit.explain)}[/]")
-    console.print(table if hits else f"{title}: no hits")
+        ids = f"\n[cyan]{escape(', '.join(hit.matched_identifiers))}[/]" if hit.matched_identifiers else ""
+        document = _document_cell(citation.document.title, citation.document.key, citation.source_objects,
+                                  citation.project.name, hit.document_id)
+        score = (f"{hit.score:.4f}",) if ranked else ()
+        table.add_row(str(n), *score, f"{document}\n[dim]ver[/] {hit.version_id}{ids}",
+                      _version_cell(citation.version), escape(citation.excerpt[:240]))
+    return table
 
 
-def _explain_line(explanation) -> str:
-    data = explanation.model_dump(mode="json")
-    return json.dumps(data, ensure_ascii=False)[:600]
+def _document_cell(title: str | None, key: str, sources: Iterable[SourceRef], where: str, document_id: str) -> str:
+    """Title, the file(s) it came from, project or matter, and its id: what a person finds it by."""
+    files = ", ".join(_file_names(sources)) or key
+    return f"[bold]{escape(title or key)}[/]\n{escape(files)}\n[dim]{escape(where)}[/]\n[dim]doc[/] {document_id}"
+
+
+def _file_names(sources: Iterable[SourceRef]) -> list[str]:
+    """A folder file's path, a DMS object's title (else its id): what a source calls the file."""
+    names = (s.external_id if s.source_kind == "local_fs" else s.title or s.external_id for s in sources)
+    return list(dict.fromkeys(names))
+
+
+def _version_cell(version: VersionRef) -> str:
+    """`v3 (executed)` over its date; a version without a label by its number, `#2 (final)`."""
+    day = f"\n{version.doc_date}" if version.doc_date else ""
+    return f"{escape(version.label or f'#{version.seq}')} ({version.status}){day}"
+
+
+def _explain_tree(n: int, hit: Hit, explanation: HitExplanation) -> Tree:
+    """Every part of the explanation, unabridged: legs, fusion and boost, the access rule and its grants."""
+    files = ", ".join(_file_names(hit.citation.source_objects))
+    tree = Tree(f"[bold]#{n}[/] {escape(hit.title or hit.citation.document.key)} [dim]({escape(files)})[/]")
+    legs = Table("leg", "rank (0 = top)", "leg score", box=None, padding=(0, 2, 0, 0))
+    for leg, ranked in explanation.legs.items():
+        legs.add_row(leg, str(ranked.rank), f"{ranked.score:.6g}")
+    tree.add(legs)
+    rerank = "none" if explanation.rerank_score is None else f"{explanation.rerank_score:.6g}"
+    tree.add(f"fused {explanation.fused_score:.6g} x boost {explanation.boost:g} ({hit.version_status}) = "
+             f"{explanation.boosted_score:.6g}; rerank: {rerank}; score shown: {hit.score:.6g}")
+    access = tree.add(f"access: {escape(explanation.access)}")
+    for path in explanation.grant_paths:
+        access.add(f"grant: {escape(path.describe())}")
+    return tree
 
 
 @cli_errors
@@ -146,25 +211,98 @@ def search_filter_command(
     if as_json:
         typer.echo(response.model_dump_json(indent=2))
         return
-    print_hits(response.hits, title=f"filter {filters.model_dump(exclude_none=True)} as {', '.join(as_)}")
+    title = _listing_title(as_, project=project, matter=matter, doc_type=doc_type, status=status,
+                           date_from=date_from, date_to=date_to)
+    console.print(_hits_table(response.hits, title, ranked=False) if response.hits else f"{title}: none")
+
+
+def _listing_title(principals: list[str], **given: str | None) -> str:
+    """The filters as the user typed them (`matter 'A ./. B'`), not the ids they resolved to."""
+    shown = ", ".join(f"{name.replace('_', ' ')} {value!r}" for name, value in given.items() if value)
+    return escape(f"documents{f' ({shown})' if shown else ''} as {', '.join(principals)}, newest first")
+
+
+DOCUMENT_ID = typer.Argument(..., help="Document id, or a unique prefix of one (at least 4 characters).")
+JSON_HELP = "Print the raw response as JSON."
 
 
 @cli_errors
-def get(document_id: str, as_: list[str] = typer.Option(..., "--as", help=AS_HELP)) -> None:
-    """Show one document with its visible versions and sources."""
-    typer.echo(_service().get_document(document_id, as_).model_dump_json(indent=2))
+def get(
+    document_id: str = DOCUMENT_ID,
+    as_: list[str] = typer.Option(..., "--as", help=AS_HELP),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Show one document with its visible versions and the files they came from."""
+    view = _service().get_document(_visible_id("document", document_id, as_), as_)
+    if as_json:
+        typer.echo(view.model_dump_json(indent=2))
+        return
+    console.print(_document_header(view, _matter_names([view])))
+    console.print(_versions_table(view))
+
+
+def _document_header(view: DocumentView, matters: dict[str, str]) -> Table:
+    header = Table.grid(padding=(0, 2))
+    header.add_column(style="dim")
+    header.add_column(overflow="fold")
+    fields = {
+        "title": view.document.title or view.document.key, "key": view.document.key, "project": view.project.name,
+        "matter": matters.get(view.matter_id or ""), "type": view.doc_type,
+        "identifiers": ", ".join(view.identifiers), "document id": view.document.id,
+    }
+    for name, value in fields.items():
+        if value:
+            header.add_row(name, escape(value))
+    return header
+
+
+def _versions_table(view: DocumentView) -> Table:
+    table = Table(title="versions you may see", title_justify="left")
+    for column in ("#", "version", "status", "date", "language", "file", "version id"):
+        table.add_column(column, overflow="fold", no_wrap=column == "version id")
+    for item in view.versions:
+        version = item.version
+        label = f"{escape(version.label or '')}{' [green](latest final)[/]' if item.is_latest_final else ''}"
+        table.add_row(str(version.seq), label, version.status, str(version.doc_date or ""), item.language or "",
+                      escape("\n".join(_file_names(item.source_objects))), version.id)
+    return table
 
 
 @cli_errors
 def related(
-    document_id: str,
+    document_id: str = DOCUMENT_ID,
     as_: list[str] = typer.Option(..., "--as", help=AS_HELP),
     kind: list[str] = typer.Option([], help="Relation kinds to follow (default all)."),
     depth: int = typer.Option(1, min=1, max=3, help="Relation hops to follow (1 to 3)."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Follow relations from a document; every neighbour is checked against the caller's access."""
-    result = _service().traverse(document_id, as_, kind or None, depth)
-    typer.echo(result.model_dump_json(indent=2))
+    result = _service().traverse(_visible_id("document", document_id, as_), as_, kind or None, depth)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    start = result.start.document
+    title = escape(f"related to {start.title or start.key} ({start.key}) as {', '.join(as_)}, {depth} hop(s)")
+    console.print(_related_table(result, title) if result.related else f"{title}: nothing you may see")
+
+
+def _related_table(result: TraversalResult, title: str) -> Table:
+    """A row per reached document: the edge that reached it in both documents' keys, and where to cite it."""
+    keys = {result.start.document.id: result.start.document.key}
+    keys |= {item.document.document.id: item.document.document.key for item in result.related}
+    matters = _matter_names([result.start, *(item.document for item in result.related)])
+    table = Table(title=title, show_lines=True)
+    for column in ("hop", "relation", "direction", "document", "status", "date"):
+        table.add_column(column, overflow="fold", min_width=36 if column == "document" else None)
+    for item in result.related:
+        view, this = item.document, item.document.document
+        edge = (this.id, item.via_document_id) if item.direction == "incoming" else (item.via_document_id, this.id)
+        cited = view.cited_version
+        where = " / ".join(filter(None, (view.project.name, matters.get(view.matter_id or ""))))
+        table.add_row(str(item.depth), escape(f"{keys[edge[0]]} {item.kind} -> {keys[edge[1]]}"), item.direction,
+                      _document_cell(this.title, this.key, cited.source_objects, where, this.id),
+                      cited.version.status, str(cited.version.doc_date or ""))
+    return table
 
 
 @decisions_app.command("add")
@@ -174,14 +312,15 @@ def decisions_add(
     locus: str = typer.Option(..., help='Where, e.g. "§ 6 Haftung".'),
     change: str = typer.Option(..., "--change", help="What changed."),
     rationale: str = typer.Option("", help="Why."),
-    evidence: list[str] = typer.Option(..., help="Evidence version id (repeat)."),
+    evidence: list[str] = typer.Option(..., help="Evidence version id or a unique prefix of one (repeat)."),
     as_: list[str] = typer.Option(..., "--as", help="The recording principal; must see all evidence."),
 ) -> None:
     """Record a decision with its evidence."""
     from ki_query.types import DecisionEvidenceRef, NewDecision
 
+    refs = tuple(DecisionEvidenceRef(version_id=_visible_id("version", v, as_)) for v in evidence)
     decision = NewDecision(project_id=_project_id(project), locus=locus, change_summary=change, rationale=rationale,
-                           evidence=tuple(DecisionEvidenceRef(version_id=v) for v in evidence), decided_by=as_[0])
+                           evidence=refs, decided_by=as_[0])
     typer.echo(_service().add_decision(decision, as_).model_dump_json(indent=2))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import typer
@@ -11,6 +13,8 @@ from rich.table import Table
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from ki_core.config import Settings
 
 
@@ -47,35 +51,82 @@ def init() -> None:
 
 
 @cli_errors
-def status(errors: int = typer.Option(10, help="How many of the latest errors to show.")) -> None:
-    """Counts of versions per processing state, chunks, and the latest errors."""
+def status(
+    errors: int = typer.Option(10, min=0, help="How many of the latest errors to show."),
+    failed: bool = typer.Option(False, "--failed", help="List every failed version: file, document, reason, time."),
+) -> None:
+    """Counts of versions per processing state, chunks, and the latest errors (--failed: every failed version)."""
     from ki_core.config import load_settings
     from ki_core.models import ProcessingState
 
-    counts, chunks, failed = _store_counts(load_settings(), errors)
     console = Console()
+    if failed:
+        _, _, rows = _store_counts(load_settings(), None)
+        title = f"{len(rows)} failed version(s), newest first"
+        console.print(_failed_table(rows, title) if rows else "no failed versions")
+        return
+    counts, chunks, rows = _store_counts(load_settings(), errors)
+    console.print(_state_table(counts))
+    console.print(f"chunks in SQL: {chunks}")
+    if rows:
+        console.print(_failed_table(rows, "latest errors"))
+    if len(rows) < (failed_in_all := counts.get(ProcessingState.FAILED, 0)):
+        console.print(f"{failed_in_all} version(s) failed in all: `ki status --failed` lists every one",
+                      highlight=False)
+
+
+@dataclass(frozen=True)
+class FailedVersion:
+    """A failed version as an operator looks for it: by the file it came from, not its id alone."""
+
+    version_id: str
+    document: str  # project/key
+    files: tuple[tuple[str, str], ...]  # (source name, external id: the path in a folder, the DMS object id)
+    reason: str
+    failed_at: datetime | None
+
+
+def _state_table(counts: dict) -> Table:
+    from ki_core.models import ProcessingState
+
     table = Table(title="versions by processing state")
     table.add_column("state")
     table.add_column("versions", justify="right")
     for state in ProcessingState:
         table.add_row(state.value, str(counts.get(state, 0)))
-    console.print(table)
-    console.print(f"chunks in SQL: {chunks}")
-    if failed:
-        errors_table = Table(title="latest errors")
-        errors_table.add_column("version")
-        errors_table.add_column("reason")
-        for version_id, reason in failed:
-            errors_table.add_row(version_id, reason or "")
-        console.print(errors_table)
+    return table
 
 
-def _store_counts(settings: Settings, errors: int) -> tuple[dict, int | None, list]:
-    """(versions per processing state, chunks, the latest `errors` failed versions with their reason)."""
+def _failed_table(rows: list[FailedVersion], title: str) -> Table:
+    """Ids in full and unwrapped: what `ki get`, `ki access explain` and the API take."""
+    from rich.markup import escape
+
+    table = Table(title=title, show_lines=True)
+    table.add_column("file", overflow="fold")
+    table.add_column("document", overflow="fold")
+    table.add_column("version", no_wrap=True, min_width=32)
+    table.add_column("reason", overflow="fold")
+    table.add_column("failed at (UTC)")
+    for row in rows:
+        files = "\n".join(f"{escape(path)}\n[dim]{escape(source)}[/]" for source, path in row.files)
+        table.add_row(files or "[dim](no source file)[/]", escape(row.document), row.version_id, escape(row.reason),
+                      _utc(row.failed_at))
+    return table
+
+
+def _utc(moment: datetime | None) -> str:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    if moment is None:
+        return ""
+    return moment.replace(tzinfo=moment.tzinfo or UTC).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _store_counts(settings: Settings, errors: int | None) -> tuple[dict, int | None, list[FailedVersion]]:
+    """(versions per processing state, chunks, the latest `errors` failed versions; None: all of them)."""
     from sqlalchemy import func, select
 
     from ki_core.db import make_engine, session_factory
-    from ki_core.models import Chunk, DocumentVersion, ProcessingState
+    from ki_core.models import Chunk, DocumentVersion
 
     engine = make_engine(settings.database_url)
     try:
@@ -83,15 +134,50 @@ def _store_counts(settings: Settings, errors: int) -> tuple[dict, int | None, li
             state = DocumentVersion.processing_state
             counts = dict(session.execute(select(state, func.count()).group_by(state)).all())
             chunks = session.scalar(select(func.count()).select_from(Chunk))
-            failed = session.execute(
-                select(DocumentVersion.id, DocumentVersion.last_error)
-                .where(state == ProcessingState.FAILED)
-                .order_by(DocumentVersion.updated_at.desc())
-                .limit(errors)
-            ).all()
+            failed = _failed_versions(session, errors)
     finally:
         engine.dispose()
-    return counts, chunks, list(failed)
+    return counts, chunks, failed
+
+
+def _failed_versions(session: Session, limit: int | None) -> list[FailedVersion]:
+    from sqlalchemy import select
+
+    from ki_core.models import Document, DocumentVersion, ProcessingState, Project
+
+    rows = session.execute(
+        select(DocumentVersion.id, DocumentVersion.last_error, DocumentVersion.updated_at, Project.name, Document.key)
+        .join(Document, Document.id == DocumentVersion.document_id)
+        .join(Project, Project.id == Document.project_id)
+        .where(DocumentVersion.processing_state == ProcessingState.FAILED)
+        .order_by(DocumentVersion.updated_at.desc(), DocumentVersion.id)
+        .limit(limit)
+    ).all()
+    files = _observed_files(session, [row.id for row in rows])
+    return [
+        FailedVersion(row.id, f"{row.name}/{row.key}", files.get(row.id, ()), row.last_error or "", row.updated_at)
+        for row in rows
+    ]
+
+
+def _observed_files(session: Session, version_ids: list[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """{version id: (source name, external id) of every object it was seen as}, deleted ones too."""
+    from sqlalchemy import select
+
+    from ki_core.acl import in_set
+    from ki_core.models import Source, SourceObject, SourceObservation
+
+    found: dict[str, list[tuple[str, str]]] = {}
+    stmt = (
+        select(SourceObservation.version_id, Source.name, SourceObject.external_id)
+        .join(SourceObject, SourceObject.id == SourceObservation.source_object_id)
+        .join(Source, Source.id == SourceObject.source_id)
+        .where(in_set(SourceObservation.version_id, version_ids))
+        .order_by(Source.name, SourceObject.external_id)
+    )
+    for version_id, source, path in session.execute(stmt):
+        found.setdefault(version_id, []).append((source, path))
+    return {version_id: tuple(dict.fromkeys(pairs)) for version_id, pairs in found.items()}
 
 
 def register(app: typer.Typer) -> None:

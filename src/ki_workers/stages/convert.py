@@ -6,7 +6,9 @@ line in a row: block boundaries are blank lines, line breaks single newlines,
 which is what the chunker cuts at. Anything we cannot read raises
 `ConversionError` with a one-line reason that is recorded on the version row.
 A mail's attachments come back as bytes beside its text (`ConvertedText.attachments`);
-the ingest stage converts each one as a document of its own.
+the ingest stage converts each one as a document of its own. What the parsers
+warn or log while a file converts belongs to that file: it joins the failure
+reason, or `ConvertedText.notes` when the file converts.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import io
 import logging
 import mimetypes
 import re
+import threading
 import unicodedata
 import warnings
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import PurePosixPath
 
@@ -94,6 +99,8 @@ class ConvertedText(BaseModel):
     language: str | None = None
     converter: str
     attachments: tuple[Attachment, ...] = ()
+    # What the parsers warned or logged while converting it ("pypdf: incorrect startxref pointer(1)").
+    notes: tuple[str, ...] = ()
 
 
 def convert(
@@ -109,18 +116,89 @@ def convert(
     if not data:
         raise ConversionError("empty file")
     kind = resolve_media_type(filename, media_type)
-    converter = _CONVERTERS[kind]
-    try:
-        result = converter(data)
-    except ConversionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - parsers raise anything on broken input
-        raise ConversionError(f"unreadable {_FORMAT_NAMES[kind]}: {_one_line(exc)}") from exc
+    result = _run_converter(kind, data)
     text = normalize_text(result.text)
     if not text:
-        raise ConversionError(f"no text in {_FORMAT_NAMES[kind]}{_EMPTY_HINTS.get(kind, '')}")
+        reason = f"no text in {_FORMAT_NAMES[kind]}{_EMPTY_HINTS.get(kind, '')}"
+        raise ConversionError(_with_notes(reason, result.notes))
+    if result.notes:
+        log.debug("%s converted with notes: %s", filename, "; ".join(result.notes))
     title = normalize_text(result.title).replace("\n", " ") if result.title else None
     return result.model_copy(update={"text": text, "title": title or None})
+
+
+def _run_converter(kind: str, data: bytes) -> ConvertedText:
+    """The converter's result with the parsers' notes; a failure's reason carries them."""
+    with library_output_captured() as output:
+        try:
+            result = _CONVERTERS[kind](data)
+        except ConversionError as exc:
+            raise ConversionError(_with_notes(exc.reason, output.notes())) from exc
+        except Exception as exc:  # noqa: BLE001 - parsers raise anything on broken input
+            reason = f"unreadable {_FORMAT_NAMES[kind]}: {_one_line(exc)}"
+            raise ConversionError(_with_notes(reason, output.notes())) from exc
+        return result.model_copy(update={"notes": output.notes()})
+
+
+def _with_notes(reason: str, notes: tuple[str, ...]) -> str:
+    return f"{reason} ({'; '.join(notes)})" if notes else reason
+
+
+# ------------------------------------------------------------ library output
+
+# The parsers' loggers, and ours: unhandled, logging's last resort printed their records on stderr
+# with no file name ("EOF marker not found" in the middle of `ki ingest`).
+LIBRARY_LOGGERS = ("pypdf", "docx", "bs4", "extract_msg", "olefile", __name__)
+# A broken PDF repeats one complaint per object, hundreds of times: a reason keeps a few, distinct.
+MAX_NOTES = 5
+NOTE_CHARS = 200
+# The warnings filters and the loggers' propagation are process-wide, so captures take turns.
+# Little is lost: pypdf is pure Python and holds the GIL, so threads never converted in parallel.
+_CAPTURE_TURN = threading.RLock()
+
+
+@dataclass
+class LibraryOutput:
+    """Log records and warnings the parsers emitted while one file converted."""
+
+    logged: list[str] = field(default_factory=list)
+    warned: list[warnings.WarningMessage] = field(default_factory=list)
+
+    def notes(self) -> tuple[str, ...]:
+        """`library: message` per distinct complaint, log records first, at most MAX_NOTES."""
+        lines = [*self.logged, *(f"{w.category.__name__}: {w.message}" for w in self.warned)]
+        distinct = dict.fromkeys(" ".join(line.split())[:NOTE_CHARS] for line in lines)
+        return tuple(distinct)[:MAX_NOTES]
+
+
+class _NoteHandler(logging.Handler):
+    def __init__(self, output: LibraryOutput) -> None:
+        super().__init__(logging.WARNING)
+        self.output = output
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.output.logged.append(f"{record.name.split('.')[0]}: {record.getMessage()}")
+
+
+@contextmanager
+def library_output_captured() -> Iterator[LibraryOutput]:
+    """Within the block the parsers' warnings and log records (WARNING and up) land here, not on stderr."""
+    output = LibraryOutput()
+    handler = _NoteHandler(output)
+    loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
+    with _CAPTURE_TURN, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        output.warned = caught
+        propagated = [logger.propagate for logger in loggers]
+        for logger in loggers:
+            logger.addHandler(handler)
+            logger.propagate = False
+        try:
+            yield output
+        finally:
+            for logger, propagate in zip(loggers, propagated, strict=True):
+                logger.removeHandler(handler)
+                logger.propagate = propagate
 
 
 def resolve_media_type(filename: str, media_type: str | None) -> str:

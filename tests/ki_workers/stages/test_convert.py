@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import logging
+import re
+import warnings
 import zipfile
 from datetime import UTC, datetime
 from email.message import EmailMessage
@@ -21,6 +24,7 @@ from ki_workers.stages.convert import (
     Attachment,
     ConversionError,
     convert,
+    library_output_captured,
     normalize_text,
 )
 from tests.ki_workers.stages.msg_builder import build_compound_file, build_msg
@@ -166,11 +170,43 @@ def test_corrupt_pdf_raises_with_reason(data: bytes, reason: str) -> None:
         convert(data, filename="kaputt.pdf")
 
 
-def test_truncated_pdf_raises() -> None:
+def test_truncated_pdf_raises_and_what_pypdf_logged_is_part_of_the_reason(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     data = make_pdf([["Text"]])
 
-    with pytest.raises(ConversionError, match=r"^unreadable PDF: "):
+    with pytest.raises(ConversionError, match=r"^unreadable PDF: ") as failed:
         convert(data[: len(data) // 3], filename="kaputt.pdf")
+
+    assert failed.value.reason.endswith("(pypdf: EOF marker not found)")
+    assert capfd.readouterr().err == "", "no bare library line on stderr"
+    assert caplog.records == [], "nothing reached the application's log handlers either"
+
+
+def test_a_pdf_pypdf_repairs_converts_and_keeps_its_complaints_as_notes(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    data = re.sub(rb"startxref\n\d+", b"startxref\n900", make_pdf([["Vertragstext"]]))
+
+    result = convert(data, filename="repariert.pdf")
+
+    assert result.text == "Vertragstext"
+    assert "pypdf: incorrect startxref pointer(1)" in result.notes
+    assert capfd.readouterr().err == ""
+    assert [r.levelno for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_library_warnings_and_log_records_are_captured_in_order_and_the_loggers_restored() -> None:
+    pypdf_log = logging.getLogger("pypdf._reader")
+
+    with library_output_captured() as output:
+        pypdf_log.warning("Xref table   invalid")
+        pypdf_log.warning("Xref table invalid")
+        warnings.warn("odd font", UserWarning, stacklevel=1)
+        pypdf_log.info("below WARNING: not a note")
+
+    assert output.notes() == ("pypdf: Xref table invalid", "UserWarning: odd font")
+    assert logging.getLogger("pypdf").propagate and not logging.getLogger("pypdf").handlers
 
 
 # --------------------------------------------------------------------- DOCX
