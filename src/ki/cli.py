@@ -13,11 +13,14 @@ from ki.commands import access as access_commands
 from ki.commands import ask as ask_commands
 from ki.commands import config as config_commands
 from ki.commands import corpus as corpus_commands
+from ki.commands import delete as delete_commands
 from ki.commands import demo as demo_commands
 from ki.commands import eval as eval_commands
 from ki.commands import events as events_commands
 from ki.commands import identifiers as identifiers_commands
 from ki.commands import ingest as ingest_commands
+from ki.commands import keys as keys_commands
+from ki.commands import projects as projects_commands
 from ki.commands import query as query_commands
 from ki.commands import store as store_commands
 
@@ -47,7 +50,8 @@ def _options(
 
 
 for _module in (config_commands, store_commands, demo_commands, ingest_commands, query_commands, identifiers_commands,
-                access_commands, corpus_commands, ask_commands, eval_commands, events_commands):
+                access_commands, corpus_commands, ask_commands, eval_commands, events_commands, keys_commands,
+                delete_commands, projects_commands):
     _module.register(app)
 
 
