@@ -21,13 +21,15 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
+from ki_core.acl import in_set
 from ki_core.embedding import signature_slug
-from ki_core.models import Chunk, DocumentVersion, ProcessingState, SourceObservation
+from ki_core.models import Chunk, Document, DocumentVersion, ProcessingState, SourceObservation
 from ki_core.models.base import utcnow
 from ki_core.search.index import IndexOp, SearchIndex, open_index
 from ki_core.store_identity import StoreMismatch, mismatch_message, sql_store_id
 from ki_workers.context import WorkerContext
 from ki_workers.stages.embed_index import embed_version, index_versions, plan_index_writes, record_watermarks
+from ki_workers.stages.record_metadata import link_project_references, outdated_versions, re_extract
 
 VERSIONS_PER_BATCH = 200
 # Workers' clocks and this process's may differ a little: look back this far for changes.
@@ -47,6 +49,9 @@ class RebuildReport:
     target: str
     # Versions written again because they changed while the index was built (or just before).
     caught_up_versions: int = 0
+    # Versions whose metadata an older extractor wrote, extracted again; and how many of them changed.
+    re_extracted_versions: int = 0
+    metadata_changed_versions: int = 0
 
 
 def rebuild_index(
@@ -56,6 +61,7 @@ def rebuild_index(
     (refused by default: that store's searches would find nothing afterwards)."""
     signature = ctx.embedder().signature
     store_id = _store_to_rebuild(ctx, replace_foreign)
+    re_extracted, metadata_changed = re_extract_outdated(ctx)
     with ctx.sessions() as session:
         version_ids = list(
             session.scalars(
@@ -104,7 +110,35 @@ def rebuild_index(
     record_watermarks(ctx, {v: w for v, w in watermarks.items() if v not in late})
     if late:
         index_versions(ctx, sorted(late))  # through the live index: the new one now
-    return RebuildReport(len(version_ids), chunks, len(foreign), name, len(caught_up.keys() | late.keys()))
+    return RebuildReport(
+        len(version_ids), chunks, len(foreign), name, len(caught_up.keys() | late.keys()), re_extracted, metadata_changed
+    )
+
+
+def re_extract_outdated(ctx: WorkerContext) -> tuple[int, int]:
+    """(versions re-extracted, versions whose title, date or type changed), before the rebuild reads SQL.
+
+    A store indexed by an older metadata extractor gets the current one's answer
+    here; the changed versions are chunked and embedded again, since their
+    profile row and the chunks' context header carry title, type and date.
+    """
+    extractor = ctx.extractor()
+    with ctx.sessions() as session:
+        outdated = outdated_versions(session, extractor.producer)
+    changed: list[str] = []
+    for batch in _batches(outdated, VERSIONS_PER_BATCH):
+        with ctx.sessions() as session, session.begin():
+            changed += [version_id for version_id in batch if re_extract(session, version_id, extractor)]
+    with ctx.sessions() as session, session.begin():
+        projects = set(session.scalars(
+            select(Document.project_id).join(DocumentVersion, DocumentVersion.document_id == Document.id)
+            .where(in_set(DocumentVersion.id, outdated))
+        )) if outdated else set()  # fmt: skip
+        for project_id in sorted(projects):
+            link_project_references(session, project_id)
+    for version_id in changed:
+        embed_version(ctx, version_id)
+    return len(outdated), len(changed)
 
 
 def _store_to_rebuild(ctx: WorkerContext, replace_foreign: bool) -> str:

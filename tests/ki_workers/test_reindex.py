@@ -134,3 +134,44 @@ def test_an_old_configuration_reads_through_the_rebuild_then_is_told_to_restart(
     served = new_ctx.index().multi_search(request.model_copy(update={"query_vector": new_vector}))
     assert served.hits(Leg.SEMANTIC) and served.hits(Leg.LEXICAL)
     old.close()
+
+
+def test_reindex_re_extracts_what_an_older_extractor_wrote_and_keeps_what_the_source_said(ctx, tmp_path: Path) -> None:
+    """A store indexed before the date rule changed: the brief was dated by the decision it cites."""
+    from datetime import date
+
+    from sqlalchemy import update
+
+    from ki_core.models import DocumentVersion, MetadataArtifact
+
+    folder = tmp_path / "akte"
+    folder.mkdir()
+    brief = ("Klageschrift\n\nBerlin, den 12. März 2024\n\nIn Sachen Meier ./. Schulz wegen Kündigung.\n"
+             "Nach BGH, Urteil vom 8. Mai 2007 – VI ZR 1/06, ist die Kündigung unwirksam.\n")
+    (folder / "klage.txt").write_text(brief, encoding="utf-8")
+    (folder / "vermerk.txt").write_text("Vermerk\n\nBesprechung vom 3. Februar 2023 zur Klage.\n", encoding="utf-8")
+    sync_folder(ctx, folder, "meier")
+    cited, source_said = date(2007, 5, 8), date(2023, 2, 1)
+    with ctx.sessions() as session, session.begin():
+        versions = dict(session.execute(
+            select(Document.key, DocumentVersion.id).join(DocumentVersion, DocumentVersion.document_id == Document.id)
+        ).all())
+        # As the old extractor left them: its wrong date on the brief; a DMS date on the note.
+        session.execute(update(MetadataArtifact).values(producer="rules:1"))
+        brief_artifact = session.scalar(select(MetadataArtifact).where(
+            MetadataArtifact.version_id == versions["klage"], MetadataArtifact.kind == "metadata"))
+        brief_artifact.payload = {**brief_artifact.payload, "doc_date": cited.isoformat()}
+        session.get(DocumentVersion, versions["klage"]).doc_date = cited
+        session.get(DocumentVersion, versions["vermerk"]).doc_date = source_said
+
+    report = rebuild_index(ctx)
+
+    assert report.re_extracted_versions == 2 and report.metadata_changed_versions == 1
+    with ctx.sessions() as session:
+        assert session.get(DocumentVersion, versions["klage"]).doc_date == date(2024, 3, 12), "its own date line"
+        assert session.get(DocumentVersion, versions["vermerk"]).doc_date == source_said, "the source's date stays"
+        producers = set(session.scalars(select(MetadataArtifact.producer)))
+    assert "rules:2" in producers
+    with ctx.sessions() as session:
+        chunk_id = session.scalar(select(Chunk.id).where(Chunk.version_id == versions["klage"]))
+    assert str(ctx.index().stored_fields(chunk_id)["doc_date"]) == "2024-03-12", "the rebuilt index carries it"

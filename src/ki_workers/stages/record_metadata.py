@@ -56,6 +56,66 @@ def record_metadata(
     return metadata
 
 
+def outdated_versions(session: Session, producer: str) -> list[str]:
+    """Indexed versions whose newest metadata came from another extractor version than PRODUCER."""
+    newest = (
+        select(MetadataArtifact.version_id, func.max(MetadataArtifact.created_at).label("at"))
+        .where(MetadataArtifact.kind == "metadata")
+        .group_by(MetadataArtifact.version_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(MetadataArtifact.version_id)
+        .join(newest, (newest.c.version_id == MetadataArtifact.version_id) & (newest.c.at == MetadataArtifact.created_at))
+        .join(DocumentVersion, DocumentVersion.id == MetadataArtifact.version_id)
+        .where(
+            MetadataArtifact.kind == "metadata",
+            MetadataArtifact.producer != producer,
+            DocumentVersion.processing_state.in_([ProcessingState.INDEXED, ProcessingState.EXTRACTED]),
+        )
+        .order_by(MetadataArtifact.version_id)
+    )
+    return list(dict.fromkeys(rows.scalars()))
+
+
+def re_extract(session: Session, version_id: str, extractor: MetadataExtractor) -> bool:
+    """Extract again with a newer extractor; True when title, date or type changed.
+
+    What the earlier extractor put on the rows is replaced; what differs from its
+    answer came from the manifest or the DMS and stays (a source-supplied date is
+    never overwritten by a guess). The version keeps its processing state: the
+    caller (`ki reindex`) writes it to the index.
+    """
+    version = session.get(DocumentVersion, version_id)
+    document = session.get(Document, version.document_id)
+    earlier = _newest_metadata(session, version_id)
+    before = (document.title, version.doc_date, document.doc_type_id)
+    extracted_title = document.title if document.title == earlier.title else None
+    state = version.processing_state
+    if extracted_title is not None:
+        document.title = None
+    if version.doc_date == earlier.doc_date:
+        version.doc_date = None
+    if document.doc_type_id == earlier.doc_type:
+        document.doc_type_id = None
+    metadata = record_metadata(session, version_id, extractor, link_now=False)
+    if metadata is None:  # no text: nothing to extract from; put back what was there
+        document.title, version.doc_date, document.doc_type_id = before
+        return False
+    version.processing_state = state
+    return (document.title, version.doc_date, document.doc_type_id) != before
+
+
+def _newest_metadata(session: Session, version_id: str) -> DocumentMetadata:
+    payload = session.scalar(
+        select(MetadataArtifact.payload)
+        .where(MetadataArtifact.version_id == version_id, MetadataArtifact.kind == "metadata")
+        .order_by(MetadataArtifact.created_at.desc())
+        .limit(1)
+    )
+    return DocumentMetadata.model_validate(payload or {})
+
+
 def _store_artifacts(session: Session, version_id: str, producer: str, payloads: dict[str, dict]) -> None:
     """One artifact per kind and producer: a re-run overwrites its own earlier answer."""
     stored = {
