@@ -106,7 +106,7 @@ def _failed_table(rows: list[FailedVersion], title: str) -> Table:
     table.add_column("document", overflow="fold")
     table.add_column("version", no_wrap=True, min_width=32)
     table.add_column("reason", overflow="fold")
-    table.add_column("failed at (UTC)")
+    table.add_column("failed at (UTC)", no_wrap=True)
     for row in rows:
         files = "\n".join(f"{escape(path)}\n[dim]{escape(source)}[/]" for source, path in row.files)
         table.add_row(files or "[dim](no source file)[/]", escape(row.document), row.version_id, escape(row.reason),
