@@ -23,6 +23,7 @@ from ki.commands import keys as keys_commands
 from ki.commands import projects as projects_commands
 from ki.commands import query as query_commands
 from ki.commands import store as store_commands
+from ki.commands import store_move as store_move_commands
 
 app = typer.Typer(
     name="ki",
@@ -51,7 +52,7 @@ def _options(
 
 for _module in (config_commands, store_commands, demo_commands, ingest_commands, query_commands, identifiers_commands,
                 access_commands, corpus_commands, ask_commands, eval_commands, events_commands, keys_commands,
-                delete_commands, projects_commands):
+                delete_commands, projects_commands, store_move_commands):
     _module.register(app)
 
 

@@ -20,7 +20,7 @@ HEAVY = (
 OWN_COMMAND_MODULES = (
     "ki.errors", "ki.commands", "ki.commands.access", "ki.commands.ask", "ki.commands.config", "ki.commands.corpus",
     "ki.commands.demo", "ki.commands.eval", "ki.commands.events", "ki.commands.identifiers", "ki.commands.query",
-    "ki.commands.store", "ki.commands.ingest", "ki.commands.keys", "ki.commands.delete", "ki.commands.projects",
+    "ki.commands.store", "ki.commands.ingest", "ki.commands.writer", "ki.commands.store_move", "ki.commands.keys", "ki.commands.delete", "ki.commands.projects",
 )
 
 

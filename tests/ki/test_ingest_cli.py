@@ -54,3 +54,39 @@ def test_off_a_terminal_progress_is_plain_lines_and_a_large_file_is_announced(st
     assert result.exit_code == 0, result.output
     assert "large file protokoll.txt: 2.6 MB, this may take a while" in result.output
     assert "ingest mietsache: 6/6 files, done in" in result.output
+
+
+def test_ingest_while_another_process_writes_the_index_writes_nothing_and_says_so(store: Path) -> None:
+    """A running `ki serve` holds the embedded index's writer lock; SQL must not get ahead of the index."""
+    from sqlalchemy import func, select
+
+    from ki_core.config import load_settings
+    from ki_core.db import make_engine
+    from ki_core.models import DocumentVersion
+    from ki_core.search.index import open_index
+
+    settings = load_settings()
+    other_writer = open_index(settings)  # takes the lock, as the server's writer does
+    try:
+        result = runner.invoke(app, ["ingest", str(store), "--project", "mietsache"])
+    finally:
+        other_writer.close()
+    assert result.exit_code == 3, result.output
+    assert "Nothing was written" in result.output and "--wait" in result.output
+    engine = make_engine(settings.database_url)
+    with engine.connect() as connection:
+        assert connection.scalar(select(func.count()).select_from(DocumentVersion)) == 0
+    engine.dispose()
+
+
+def test_ingest_with_wait_goes_on_once_the_other_writer_is_done(store: Path) -> None:
+    import threading
+
+    from ki_core.config import load_settings
+    from ki_core.search.index import open_index
+
+    other_writer = open_index(load_settings())
+    threading.Timer(1.5, other_writer.close).start()
+    result = runner.invoke(app, ["ingest", str(store), "--project", "mietsache", "--wait", "30"])
+    assert result.exit_code == 1, result.output  # the fixture folder's broken PDF; the rest is ingested
+    assert "waiting up to 30 s for the other writer" in result.output and "failed kaputt.pdf" in result.output

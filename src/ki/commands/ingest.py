@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ki.commands import progress_report
+from ki.commands.writer import take_the_writer
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
@@ -32,6 +33,11 @@ def ingest(
         [], "--exclude", metavar="GLOB",
         help="Leave out files whose relative path or name matches GLOB (repeatable), e.g. --exclude '*.log'. "
         "They are not read, and not removed from the index if an earlier run added them.",
+    ),
+    wait: float = typer.Option(
+        0.0, "--wait", metavar="SECONDS", min=0,
+        help="When another process writes the embedded index (a running ki serve), wait this long for it "
+        "instead of stopping at once. Either way nothing is written before the index is ours.",
     ),
 ) -> None:
     """Ingest every file under PATH: convert, extract metadata, chunk, embed, index.
@@ -58,6 +64,8 @@ def ingest(
     prepare_store(settings)
     selection = FileSelection.from_settings(settings, max_file_mb=max_file_mb, exclude=exclude)
     ctx = worker_context()
+    if settings.broker.eager:
+        take_the_writer(ctx, wait, Console(stderr=True))
     console, stderr = Console(), Console(stderr=True)
     root, only, files = _files_to_read(ctx, path, selection)
     _warn_about_large_files(stderr, files, selection)
@@ -160,11 +168,18 @@ def worker(
 
 
 @cli_errors
-def reindex() -> None:
+def reindex(
+    replace_index: bool = typer.Option(
+        False, "--replace-index",
+        help="Rebuild even though the live index was filled from another database (store): that store's "
+        "searches find nothing afterwards until it is reindexed itself.",
+    ),
+) -> None:
     """Rebuild the search index from SQL into a new index and switch to it.
 
     Stored vectors are reused while the embedder signature is unchanged; after
-    switching embedders only chunks of the old model are embedded again.
+    switching embedders only chunks of the old model are embedded again. An
+    index another database filled is refused unless --replace-index.
     """
     from rich.console import Console
 
@@ -176,12 +191,16 @@ def reindex() -> None:
     settings = load_settings()
     prepare_store(settings)
     console = Console()
+    if settings.search.backend == "embedded":
+        take_the_writer(worker_context(), 0.0, Console(stderr=True))  # a running ki serve writes it: refuse now
     with progress_report(Console(stderr=True), "reindex", "versions") as progress:
-        report = rebuild_index(worker_context(), on_progress=progress.update)
+        report = rebuild_index(worker_context(), on_progress=progress.update, replace_foreign=replace_index)
     console.print(
         f"rebuilt {report.target}: {report.versions} versions, {report.chunks} chunks, "
         f"{report.re_embedded_versions} versions re-embedded, "
-        f"{report.caught_up_versions} written again after changing during the rebuild"
+        f"{report.caught_up_versions} written again after changing during the rebuild, "
+        f"{report.re_extracted_versions} versions' metadata extracted again "
+        f"({report.metadata_changed_versions} changed)"
     )
 
 

@@ -44,10 +44,34 @@ def init() -> None:
     settings = load_settings()
     before, after = prepare_store(settings)
     where = mask_url_password(settings.database_url)
+    console = Console(highlight=False)
     if before == after:
-        Console().print(f"database {where} is up to date (revision {after})")
+        console.print(f"database {where} is up to date (revision {after})")
     else:
-        Console().print(f"database {where}: {before or 'empty'} -> revision {after}")
+        console.print(f"database {where}: {before or 'empty'} -> revision {after}")
+    console.print(prepare_index(settings), markup=False)
+    console.print("next: ki ingest FOLDER --project NAME, then ki search QUERY --as PRINCIPAL", markup=False)
+
+
+def prepare_index(settings: Settings) -> str:
+    """Create the search index (empty) and claim it for this database's store, so a new store answers
+    searches with no hits rather than "no index yet", and an index of another store is named now."""
+    from ki_core.db import make_engine, session_factory
+    from ki_core.search.embedded import IndexLockedError
+    from ki_core.search.index import open_index
+    from ki_core.store_identity import bind_index_to_store, index_location
+
+    engine = make_engine(settings.database_url)
+    index = open_index(settings)
+    try:
+        index.ensure()
+        bind_index_to_store(index, settings, session_factory(engine), claim=True)
+    except IndexLockedError:
+        return f"{index_location(settings)} is open in a running writer (ki serve?); left as it is"
+    finally:
+        index.close()
+        engine.dispose()
+    return f"{index_location(settings)} is ready"
 
 
 @cli_errors

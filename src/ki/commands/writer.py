@@ -1,0 +1,47 @@
+"""The embedded index has one writer: a writing command takes it before it writes anything to SQL.
+
+`ki ingest` used to write its SQL rows and only then find the index locked by a
+running `ki serve`: it exited 1, and the added files stayed out of search until
+the server's sweep found them. Taking the writer first means a refused command
+has written nothing; `--wait` waits for the other writer instead.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ki_workers.context import WorkerContext
+
+# How often a waiting command tries the lock again.
+RETRY_SECONDS = 1.0
+
+
+class WriterBusy(RuntimeError):
+    """Another process writes the embedded index; nothing was written (CLI exit 3)."""
+
+
+def take_the_writer(ctx: WorkerContext, wait_seconds: float, console: Console) -> None:
+    """Open ctx's index for writing now; wait up to WAIT_SECONDS for another writer, saying so once."""
+    from ki_core.search.embedded import IndexLockedError
+
+    deadline = time.monotonic() + wait_seconds
+    told = False
+    while True:
+        try:
+            ctx.index()
+            return
+        except IndexLockedError as exc:
+            if time.monotonic() >= deadline:
+                raise WriterBusy(
+                    f"{exc}. Nothing was written. A running `ki serve` is that writer: stop it first, "
+                    "or run this again with --wait SECONDS to wait for the lock"
+                ) from None
+            if not told:
+                console.print(f"waiting up to {wait_seconds:g} s for the other writer of the embedded index…",
+                              markup=False, highlight=False)
+                told = True
+            time.sleep(RETRY_SECONDS)
