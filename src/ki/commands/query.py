@@ -341,6 +341,10 @@ def decisions_search(query: str, as_: list[str] = typer.Option(..., "--as", help
     console.print(table if hits else "no decision records")
 
 
+# How long `ki serve` waits for open requests after SIGTERM before it stops anyway.
+SHUTDOWN_SECONDS = 5
+
+
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000),
@@ -348,7 +352,9 @@ def serve(
     """Serve the query API (/v1), MCP for AI assistants (/mcp) and the DMS webhook ingress in one process."""
     import uvicorn
 
-    uvicorn.run("ki.asgi:create_all_in_one", factory=True, host=host, port=port)
+    # On SIGTERM uvicorn waits for open requests; a search is bounded by retrieval.query_budget_seconds,
+    # so a few seconds more than that is enough, and a hung client cannot hold the shutdown.
+    uvicorn.run("ki.asgi:create_all_in_one", factory=True, host=host, port=port, timeout_graceful_shutdown=SHUTDOWN_SECONDS)
 
 
 class McpTransport(str, Enum):
