@@ -17,6 +17,7 @@ from ki.commands import delete as delete_commands
 from ki.commands import demo as demo_commands
 from ki.commands import eval as eval_commands
 from ki.commands import events as events_commands
+from ki.commands import groups as groups_commands
 from ki.commands import identifiers as identifiers_commands
 from ki.commands import ingest as ingest_commands
 from ki.commands import keys as keys_commands
@@ -51,7 +52,7 @@ def _options(
 
 
 for _module in (config_commands, store_commands, demo_commands, ingest_commands, query_commands, identifiers_commands,
-                access_commands, corpus_commands, ask_commands, eval_commands, events_commands, keys_commands,
+                access_commands, groups_commands, corpus_commands, ask_commands, eval_commands, events_commands, keys_commands,
                 delete_commands, projects_commands, store_move_commands):
     _module.register(app)
 

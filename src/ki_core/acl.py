@@ -47,6 +47,7 @@ from ki_core.models import (
     SourceObject,
     SourceObservation,
 )
+from ki_core.models.access import LOCAL_ORIGIN
 
 AclMode = Literal["sufficient", "intersect"]
 ACL_MODES: tuple[AclMode, ...] = ("sufficient", "intersect")
@@ -260,6 +261,16 @@ def version_predicate(
     subquery). `principals` is E, already expanded, or a correlated principal
     column when the projection asks "would this one principal see it". Denies
     are top-level NOT EXISTS so PostgreSQL plans them as anti-joins.
+
+    Local rules on one source object (`ki access grant --object`, origin
+    LOCAL_ORIGIN) take part as the page's terms say, and never as the object's ACL:
+    - a local deny is "a matching DENY ... on the source object of any of its
+      active observations" (rule 1, deny wins at every scope), whatever its origin;
+    - a local allow is a "local allow" narrowed to the versions the object
+      carries (Observations: local_fs delegation; rule 3 in `intersect` mode).
+      It is never "a matching allow grant on that source object" of a KNOWN
+      ACL: "a local grant never overrides an external ACL", and it leaves
+      `acl_known` alone, so an external object without a known ACL stays closed.
     """
     if acl_mode not in ACL_MODES:
         raise ValueError(f"unknown security.source_acl_mode {acl_mode!r}")
@@ -273,9 +284,11 @@ def version_predicate(
         ~_observed_object_grant(GrantEffect.DENY, principals),
     )
     local_allow = or_(
-        _project_grant(GrantEffect.ALLOW, principals), _document_grant(GrantEffect.ALLOW, principals)
+        _project_grant(GrantEffect.ALLOW, principals),
+        _document_grant(GrantEffect.ALLOW, principals),
+        _observed_object_grant(GrantEffect.ALLOW, principals, origin="local"),
     )
-    source_allow = _observed_object_grant(GrantEffect.ALLOW, principals, known_acl_only=True)
+    source_allow = _observed_object_grant(GrantEffect.ALLOW, principals, origin="mirrored", known_acl_only=True)
     if acl_mode == "intersect":
         return and_(no_deny, local_allow, or_(source_allow, _delegates_to_local_grants()))
     return and_(no_deny, or_(source_allow, and_(_delegates_to_local_grants(), local_allow)))
@@ -341,13 +354,17 @@ def _has_active_observation() -> ColumnElement[bool]:
     )
 
 
+GrantOrigin = Literal["any", "local", "mirrored"]
+
+
 def _observed_object_grant(
-    effect: GrantEffect, principals: PrincipalMatch, *, known_acl_only: bool = False
+    effect: GrantEffect, principals: PrincipalMatch, *, origin: GrantOrigin = "any", known_acl_only: bool = False
 ) -> ColumnElement[bool]:
     """A matching grant on the source object of one of the version's active observations.
 
-    A deny counts on any observed object; an allow only where the ACL is known
-    (an object without a known ACL has no source allow to offer).
+    A deny counts on any observed object, of any origin; a source allow only
+    where the ACL is known (an object without a known ACL has no source allow
+    to offer) and only from the mirrored ACL.
     """
     stmt = (
         select(1)
@@ -358,6 +375,7 @@ def _observed_object_grant(
             Grant.scope == GrantScope.SOURCE_OBJECT,
             Grant.effect == effect,
             _matches(principals),
+            *_origin_is(origin),
         )
     )
     if known_acl_only:
@@ -365,6 +383,14 @@ def _observed_object_grant(
             SourceObject.acl_known.is_(True)
         )
     return stmt.correlate_except(SourceObservation, Grant, SourceObject).exists()
+
+
+def _origin_is(origin: GrantOrigin) -> tuple[ColumnElement[bool], ...]:
+    if origin == "local":
+        return (Grant.origin == LOCAL_ORIGIN,)
+    if origin == "mirrored":
+        return (Grant.origin != LOCAL_ORIGIN,)
+    return ()
 
 
 def _delegates_to_local_grants() -> ColumnElement[bool]:
@@ -443,8 +469,9 @@ def access_projection(
 
     Allowed: each granted principal (canonical name) that, on its own, sees the
     version under the same predicate. Denied: each principal with a deny on the
-    version's project, document or an actively observed source object. Admins
-    are not listed: they come from configuration, not from grants.
+    version's project, document or an actively observed source object (mirrored
+    or a local rule). Admins are not listed: they come from configuration, not
+    from grants.
     """
     ids = sorted(set(version_ids))
     aliases = aliases or {}

@@ -5,14 +5,21 @@ Every principal is stored normalized and alias-mapped, so the visibility
 predicate compares with plain equality (spec/access.md, Principals 4), and
 every change bumps the access generation in the same transaction, so a scope
 cache notices it in the very next search.
+
+Local rules and mirrored ones are kept apart by origin: an operator's grants
+(origin LOCAL_ORIGIN, on a project, a document or one source object) and
+memberships (no source) are never replaced by a source's sync, and a sync
+replaces only what it mirrored (its source's name as origin, its source id).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from ki_core.acl import canonical_principal, normalize_principal, principal_aliases, stored_names
@@ -27,13 +34,19 @@ from ki_core.models import (
     GroupMembership,
     Project,
     Source,
+    SourceKind,
     SourceObject,
     SourceObservation,
 )
+from ki_core.models.access import LOCAL_ORIGIN
 
 
 class UnknownTarget(LookupError):
     """A project, document, source or source object named by an operator does not exist."""
+
+
+class AmbiguousTarget(UnknownTarget):
+    """An operator's reference names several source objects; SOURCE:ID names one."""
 
 
 class InvalidPrincipal(ValueError):
@@ -52,7 +65,7 @@ class AclEntry(_Model):
 
 
 class GrantTarget(_Model):
-    """Where a local grant applies: a whole project or one document."""
+    """Where a local grant applies: a whole project, one document or one source object."""
 
     scope: GrantScope
     id: str
@@ -64,6 +77,10 @@ class GrantTarget(_Model):
     @classmethod
     def document(cls, document_id: str) -> GrantTarget:
         return cls(scope=GrantScope.DOCUMENT, id=document_id)
+
+    @classmethod
+    def source_object(cls, source_object_id: str) -> GrantTarget:
+        return cls(scope=GrantScope.SOURCE_OBJECT, id=source_object_id)
 
 
 class GrantRecord(_Model):
@@ -79,6 +96,16 @@ class GrantRecord(_Model):
     document_id: str | None = None
     document_key: str | None = None
     source_object_id: str | None = None
+    # SOURCE:EXTERNAL_ID of a source-object grant, as `ki access grant --object` takes it.
+    object_name: str | None = None
+
+
+class MembershipRecord(_Model):
+    """A group membership as listed to an operator; `origin` is LOCAL_ORIGIN or the source's name."""
+
+    group: str
+    member: str
+    origin: str
 
 
 # ------------------------------------------------------------ generation
@@ -144,13 +171,18 @@ def grant(
     principal: str,
     *,
     effect: GrantEffect = GrantEffect.ALLOW,
-    origin: str = "local",
+    origin: str = LOCAL_ORIGIN,
     settings: Settings | None = None,
 ) -> Grant:
-    """Add a project or document grant; granting what exists already changes nothing."""
+    """Add a grant of this origin; granting what exists already changes nothing.
+
+    On a source object only a local rule is written here (a mirrored ACL is
+    replaced whole by replace_object_acl); it never touches the object's
+    `acl_known`, so an unknown ACL stays unknown.
+    """
     stored = stored_principal(principal, settings)
-    _require_target(session, target)
-    existing = session.scalar(_grant_query(target, stored, effect))
+    _require_target(session, target, origin)
+    existing = session.scalar(_grant_query(target, stored, effect, origin))
     if existing is not None:
         return existing
     row = Grant(scope=target.scope, effect=effect, principal=stored, origin=origin, **_target_columns(target))
@@ -167,12 +199,16 @@ def revoke(
     principal: str,
     *,
     effect: GrantEffect = GrantEffect.ALLOW,
+    origin: str = LOCAL_ORIGIN,
     settings: Settings | None = None,
 ) -> int:
-    """Remove a project or document grant of the principal under any of its names; returns how many rows went."""
+    """Remove the principal's grants of this origin under any of its names; returns how many rows went.
+
+    A local revoke never removes what a source mirrored, nor a source's sync what was made here.
+    """
     names = names_of(principal, settings)
-    _require_target(session, target)
-    rows = [row for name in sorted(names) for row in session.scalars(_grant_query(target, name, effect))]
+    _require_target(session, target, origin)
+    rows = [row for name in sorted(names) for row in session.scalars(_grant_query(target, name, effect, origin))]
     for row in rows:
         session.delete(row)
     if rows:
@@ -190,25 +226,33 @@ def list_grants(
     include_mirrored: bool = False,
     settings: Settings | None = None,
 ) -> list[GrantRecord]:
-    """Project and document grants (and mirrored source-object grants if asked), readable."""
+    """Project, document and local source-object grants (and mirrored ACL entries if asked), readable."""
     document_project = aliased(Project)
     project_of_grant = func.coalesce(Grant.project_id, Document.project_id)
     stmt = (
-        select(Grant, func.coalesce(Project.name, document_project.name), Document.key, project_of_grant)
+        select(
+            Grant, func.coalesce(Project.name, document_project.name), Document.key, project_of_grant,
+            Source.name, SourceObject.external_id,
+        )
         .outerjoin(Document, Document.id == Grant.document_id)
         .outerjoin(Project, Project.id == Grant.project_id)
         .outerjoin(document_project, document_project.id == Document.project_id)
+        .outerjoin(SourceObject, SourceObject.id == Grant.source_object_id)
+        .outerjoin(Source, Source.id == SourceObject.source_id)
         .order_by(
             Grant.scope == GrantScope.SOURCE_OBJECT,
             func.coalesce(Project.name, document_project.name),
             Document.key.is_not(None),
             Document.key,
+            Source.name,
+            SourceObject.external_id,
             Grant.principal,
             Grant.effect,
+            Grant.origin,
         )
     )
     if not include_mirrored:
-        stmt = stmt.where(Grant.scope != GrantScope.SOURCE_OBJECT)
+        stmt = stmt.where((Grant.scope != GrantScope.SOURCE_OBJECT) | (Grant.origin == LOCAL_ORIGIN))
     if project_id is not None:
         stmt = stmt.where(project_of_grant == project_id)
     if principal is not None:
@@ -225,41 +269,63 @@ def list_grants(
             document_id=row.document_id,
             document_key=document_key,
             source_object_id=row.source_object_id,
+            object_name=f"{source_name}:{external_id}" if row.source_object_id else None,
         )
-        for row, project_name, document_key, project in session.execute(stmt)
+        for row, project_name, document_key, project, source_name, external_id in session.execute(stmt)
     ]
 
 
-def _grant_query(target: GrantTarget, principal: str, effect: GrantEffect):
-    column = Grant.project_id if target.scope == GrantScope.PROJECT else Grant.document_id
-    return select(Grant).where(
-        Grant.scope == target.scope, column == target.id, Grant.principal == principal, Grant.effect == effect
+def grant_origins(
+    session: Session, target: GrantTarget, principal: str, *, effect: GrantEffect, settings: Settings | None = None
+) -> list[str]:
+    """Origins of the principal's grants of this effect on the target, under any of its names."""
+    stmt = select(Grant.origin).where(
+        *_on_target(target, effect), Grant.principal.in_(sorted(names_of(principal, settings)))
     )
+    return sorted(set(session.scalars(stmt)))
+
+
+_TARGET_COLUMNS = {
+    GrantScope.PROJECT: Grant.project_id,
+    GrantScope.DOCUMENT: Grant.document_id,
+    GrantScope.SOURCE_OBJECT: Grant.source_object_id,
+}
+_TARGET_MODELS = {GrantScope.PROJECT: Project, GrantScope.DOCUMENT: Document, GrantScope.SOURCE_OBJECT: SourceObject}
+
+
+def _on_target(target: GrantTarget, effect: GrantEffect) -> tuple[ColumnElement[bool], ...]:
+    return Grant.scope == target.scope, _TARGET_COLUMNS[target.scope] == target.id, Grant.effect == effect
+
+
+def _grant_query(target: GrantTarget, principal: str, effect: GrantEffect, origin: str):
+    return select(Grant).where(*_on_target(target, effect), Grant.principal == principal, Grant.origin == origin)
 
 
 def _target_columns(target: GrantTarget) -> dict[str, str]:
-    if target.scope == GrantScope.PROJECT:
-        return {"project_id": target.id}
-    if target.scope == GrantScope.DOCUMENT:
-        return {"document_id": target.id}
-    raise ValueError("source-object grants are written by replace_object_acl")
+    return {_TARGET_COLUMNS[target.scope].key: target.id}
 
 
-def _require_target(session: Session, target: GrantTarget) -> None:
-    model = {GrantScope.PROJECT: Project, GrantScope.DOCUMENT: Document}.get(target.scope)
-    if model is None:
-        raise ValueError("source-object grants are written by replace_object_acl")
-    if session.get(model, target.id) is None:
+def _require_target(session: Session, target: GrantTarget, origin: str) -> None:
+    if target.scope == GrantScope.SOURCE_OBJECT and origin != LOCAL_ORIGIN:
+        raise ValueError("mirrored source-object grants are written by replace_object_acl")
+    if session.get(_TARGET_MODELS[target.scope], target.id) is None:
         raise UnknownTarget(f"no {target.scope.value} with id {target.id!r}")
 
 
 def _touch_versions_of(session: Session, target: GrantTarget) -> None:
-    """Mark the affected versions' index projection stale (access_version + 1)."""
+    """Mark the affected versions' index projection stale (access_version + 1): the sweep's access-only reindex."""
+    if target.scope == GrantScope.SOURCE_OBJECT:
+        _touch_versions_observing(session, target.id)
+        return
     if target.scope == GrantScope.PROJECT:
         documents = select(Document.id).where(Document.project_id == target.id)
         where = DocumentVersion.document_id.in_(documents)
     else:
         where = DocumentVersion.document_id == target.id
+    _bump_access_versions(session, where)
+
+
+def _bump_access_versions(session: Session, where) -> None:
     session.execute(
         update(DocumentVersion)
         .where(where)
@@ -284,14 +350,19 @@ def replace_object_acl(
     An empty list is a KNOWN empty ACL (nobody but admins sees the object); None
     drops the mirrored grants and marks the ACL unknown, which for a DMS object
     means nobody sees it and for a local_fs object defers to local grants.
+    An operator's local rules on the object (`grant` with a source-object
+    target) are neither replaced nor removed, and are not part of `acl_known`.
     """
     obj = session.get(SourceObject, source_object_id)
     if obj is None:
         raise UnknownTarget(f"no source object with id {source_object_id!r}")
+    origin = origin or _source_name(session, obj)
+    if origin == LOCAL_ORIGIN:
+        raise ValueError(f"a mirrored ACL cannot have the origin {LOCAL_ORIGIN!r} of local rules; rename the source")
     wanted = None if entries is None else {(stored_principal(e.principal, settings), e.effect) for e in entries}
     session.execute(
         delete(Grant)
-        .where(Grant.scope == GrantScope.SOURCE_OBJECT, Grant.source_object_id == source_object_id)
+        .where(mirrored_object_grants(source_object_id))
         .execution_options(synchronize_session="fetch")
     )
     for principal, effect in sorted(wanted or ()):
@@ -301,13 +372,22 @@ def replace_object_acl(
                 source_object_id=source_object_id,
                 principal=principal,
                 effect=effect,
-                origin=origin or _source_name(session, obj),
+                origin=origin,
             )
         )
     obj.acl_known = wanted is not None
     session.flush()
     _touch_versions_observing(session, source_object_id)
     bump_access_generation(session)
+
+
+def mirrored_object_grants(source_object_id: str):
+    """The WHERE clause of an object's mirrored ACL entries: every source-object grant but the local rules."""
+    return and_(
+        Grant.scope == GrantScope.SOURCE_OBJECT,
+        Grant.source_object_id == source_object_id,
+        Grant.origin != LOCAL_ORIGIN,
+    )
 
 
 def _source_name(session: Session, obj: SourceObject) -> str:
@@ -319,12 +399,7 @@ def _touch_versions_observing(session: Session, source_object_id: str) -> None:
     versions = select(SourceObservation.version_id).where(
         SourceObservation.source_object_id == source_object_id
     )
-    session.execute(
-        update(DocumentVersion)
-        .where(DocumentVersion.id.in_(versions))
-        .values(access_version=DocumentVersion.access_version + 1)
-        .execution_options(synchronize_session=False)
-    )
+    _bump_access_versions(session, DocumentVersion.id.in_(versions))
 
 
 def replace_group_members(
@@ -338,7 +413,8 @@ def replace_group_members(
     """Make the group's members, as mirrored from this source, exactly `members`.
 
     Empty member names are skipped; a group listing itself is stored (the
-    expansion terminates on cycles) but changes nothing.
+    expansion terminates on cycles) but changes nothing. Local memberships of
+    the group (no source) are not this source's and stay.
     """
     if session.get(Source, source_id) is None:
         raise UnknownTarget(f"no source with id {source_id!r}")
@@ -358,6 +434,66 @@ def replace_group_members(
         session.add(GroupMembership(source_id=source_id, group_principal=stored_group, member_principal=member))
     session.flush()
     bump_access_generation(session)
+
+
+# ------------------------------------------------------------ local memberships
+#
+# Group expansion (spec/access.md, Principals 3) reads every membership, mirrored or local, so a
+# local membership gives what the group is given. Memberships are expanded at query time and the
+# index projection names grantees, not their members: a change bumps the access generation (the
+# next scope and re-verification see it) and leaves every version's projection as it is.
+
+
+def add_local_members(
+    session: Session, group: str, members: Iterable[str], *, settings: Settings | None = None
+) -> list[str]:
+    """Make each member a local member of the group; returns the stored names added (present ones are skipped)."""
+    stored_group = stored_principal(group, settings)
+    wanted = {stored_principal(m, settings) for m in members}
+    present = set(session.scalars(
+        select(GroupMembership.member_principal).where(
+            GroupMembership.source_id.is_(None), GroupMembership.group_principal == stored_group
+        )
+    ))
+    added = sorted(wanted - present)
+    session.add_all(GroupMembership(source_id=None, group_principal=stored_group, member_principal=m) for m in added)
+    if added:
+        session.flush()
+        bump_access_generation(session)
+    return added
+
+
+def remove_local_members(
+    session: Session, group: str, members: Iterable[str], *, settings: Settings | None = None
+) -> list[MembershipRecord]:
+    """Remove local memberships of the group under any name of group and member; mirrored ones stay."""
+    rows = list(session.scalars(
+        select(GroupMembership).where(
+            GroupMembership.source_id.is_(None),
+            GroupMembership.group_principal.in_(sorted(names_of(group, settings))),
+            GroupMembership.member_principal.in_(sorted({n for m in members for n in names_of(m, settings)})),
+        )
+    ))
+    for row in rows:
+        session.delete(row)
+    if rows:
+        session.flush()
+        bump_access_generation(session)
+    pairs = sorted((r.group_principal, r.member_principal) for r in rows)
+    return [MembershipRecord(group=g, member=m, origin=LOCAL_ORIGIN) for g, m in pairs]
+
+
+def list_memberships(
+    session: Session, group: str | None = None, *, settings: Settings | None = None
+) -> list[MembershipRecord]:
+    """Memberships, local and mirrored, with where each comes from; of one group (any of its names) if given."""
+    stmt = select(GroupMembership.group_principal, GroupMembership.member_principal, Source.name).outerjoin(
+        Source, Source.id == GroupMembership.source_id
+    )
+    if group is not None:
+        stmt = stmt.where(GroupMembership.group_principal.in_(sorted(names_of(group, settings))))
+    rows = sorted((g, m, LOCAL_ORIGIN if source is None else source) for g, m, source in session.execute(stmt))
+    return [MembershipRecord(group=g, member=m, origin=origin) for g, m, origin in rows]
 
 
 # ------------------------------------------------------------ name lookups
@@ -405,3 +541,67 @@ def _document_by_path(session: Session, reference: str) -> Document | None:
         if document is not None:
             return document
     return None
+
+
+def resolve_source_object(session: Session, reference: str) -> SourceObject:
+    """The source object `ki access grant --object` names: SOURCE:EXTERNAL_ID, or a friendlier form.
+
+    SOURCE is a source's name (`acme`, `local:/abs/folder`) or a registered
+    folder's path (absolute, or relative to the working directory); a file's
+    path inside a registered folder, and `local:RELATIVE/PATH` when one folder
+    holds that path, name a folder's file too. Only objects already seen (an
+    ingested file, a DMS object an event named) can be named.
+    """
+    found = {
+        obj.id: obj
+        for source in session.scalars(select(Source).order_by(Source.name))
+        for external_id in sorted(set(_external_ids(source, reference)))
+        if (obj := _object_of(session, source, external_id)) is not None
+    }
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if found:
+        names = ", ".join(sorted(f"{_source_name(session, o)}:{o.external_id}" for o in found.values()))
+        raise AmbiguousTarget(f"{reference!r} names {len(found)} objects ({names}); give SOURCE:ID")
+    raise UnknownTarget(
+        f"no source object {reference!r} (give SOURCE:ID, e.g. acme:4711 or local:/path/to/folder:file.pdf;"
+        " a file must have been ingested, a DMS object named by an event)"
+    )
+
+
+def _external_ids(source: Source, reference: str) -> Iterator[str]:
+    """Every external id of `source` the reference could mean."""
+    if reference.startswith(f"{source.name}:"):
+        yield reference[len(source.name) + 1:]
+    root = (source.config or {}).get("root") if source.kind == SourceKind.LOCAL_FS else None
+    if not root:
+        return
+    relative = reference.removeprefix("local:")
+    if relative != reference and not os.path.isabs(relative):
+        yield relative
+    for cut in (i for i, char in enumerate(reference) if char == ":"):
+        if _same_path(reference[:cut], root):
+            yield reference[cut + 1:]
+    inside = _inside(reference, root)
+    if inside is not None:
+        yield inside
+
+
+def _same_path(path: str, root: str) -> bool:
+    return bool(path) and Path(path).expanduser().resolve() == Path(root).resolve()
+
+
+def _inside(path: str, root: str) -> str | None:
+    """The path relative to `root` (POSIX form) when it lies inside it."""
+    try:
+        return Path(path).expanduser().resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def _object_of(session: Session, source: Source, external_id: str) -> SourceObject | None:
+    if not external_id:
+        return None
+    return session.scalar(
+        select(SourceObject).where(SourceObject.source_id == source.id, SourceObject.external_id == external_id)
+    )

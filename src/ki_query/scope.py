@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, Select, false, func, select, union, union_all
+from sqlalchemy import ColumnElement, Select, false, func, or_, select, union, union_all
 from sqlalchemy.orm import Session
 
 from ki_core.acl import (
@@ -53,6 +53,7 @@ from ki_core.models import (
     SourceObject,
     SourceObservation,
 )
+from ki_core.models.access import LOCAL_ORIGIN
 from ki_core.search.types import ScopeFilter
 from ki_query.access_explain import AccessExplanation, explain_document
 
@@ -295,9 +296,9 @@ def _candidate_parts(
     """Suspects inside whole projects, and documents reached by narrower grants elsewhere.
 
     Suspects: documents without the flag, and documents actively observed as
-    an object under a matching deny. Elsewhere a visible version needs a
-    document allow or (in sufficient mode) a source allow, so those grants
-    name every candidate.
+    an object under a matching deny (mirrored or local). Elsewhere a visible
+    version needs a document allow, a local allow on an observed object, or
+    (in sufficient mode) a source allow, so those grants name every candidate.
     """
     parts: list[Select] = []
     if unsettled:
@@ -313,14 +314,13 @@ def _candidate_parts(
         outside.append(Document.project_id == project_filter)
     if (GrantScope.DOCUMENT, GrantEffect.ALLOW) in kinds:
         parts.append(_document_grant_targets(GrantEffect.ALLOW, principals).where(*outside))
-    # In intersect mode a source allow also needs a local allow; outside whole
-    # projects that is a document allow, which names the candidate already.
-    if viewer.acl_mode == "sufficient" and (GrantScope.SOURCE_OBJECT, GrantEffect.ALLOW) in kinds:
-        parts.append(
-            _observed_object_targets(GrantEffect.ALLOW, principals).where(
-                SourceObject.acl_known.is_(True), *outside
-            )
-        )
+    # In intersect mode a source allow also needs a local allow; outside whole projects that is a
+    # document allow or a local object allow (ki_core.acl.version_predicate), which name the candidate.
+    if (GrantScope.SOURCE_OBJECT, GrantEffect.ALLOW) in kinds:
+        named = Grant.origin == LOCAL_ORIGIN
+        if viewer.acl_mode == "sufficient":
+            named = or_(named, SourceObject.acl_known.is_(True))
+        parts.append(_observed_object_targets(GrantEffect.ALLOW, principals).where(named, *outside))
     return parts
 
 

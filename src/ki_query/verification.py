@@ -32,6 +32,7 @@ from ki_core.models import (
     SourceObject,
     SourceObservation,
 )
+from ki_core.models.access import LOCAL_ORIGIN
 from ki_query.fusion import Candidate
 from ki_query.types import DocumentRef, GrantPath, ProjectRef, SourceRef, VersionRef
 
@@ -193,12 +194,14 @@ def citable_sources(
 def _active_observations(session: Session, viewer: Viewer, version_ids: Collection[str]) -> list[_Observed]:
     if not version_ids:
         return []
+    # The object's own ACL allows the caller: an operator's local allow on the object is not its ACL.
     allowed = (
         select(Grant.id)
         .where(
             Grant.source_object_id == SourceObject.id,
             Grant.scope == GrantScope.SOURCE_OBJECT,
             Grant.effect == GrantEffect.ALLOW,
+            Grant.origin != LOCAL_ORIGIN,
             in_set(Grant.principal, viewer.principals),
         )
         .exists()
@@ -241,9 +244,10 @@ def grant_paths(
 ) -> dict[str, tuple[GrantPath, ...]]:
     """{version_id: the allow grants that made it visible} for explain, in one query.
 
-    Object allows on the cited sources when they carry a known ACL; the local
-    project/document allows when the sources were reached by delegation or
-    the mode is `intersect` (which needs both).
+    Mirrored object allows on the cited sources when they carry a known ACL;
+    the local allows (project, document, or a local rule on a cited object)
+    when the sources were reached by delegation or the mode is `intersect`
+    (which needs both).
     """
     facts = list(facts)
     if not facts or not paths:
@@ -267,7 +271,8 @@ def grant_paths(
         cited = {s.source_object_id for s in f.sources}
         chosen = [
             g for g in grants
-            if (g.scope == GrantScope.SOURCE_OBJECT and g.source_object_id in cited and not f.delegated)
+            if (g.scope == GrantScope.SOURCE_OBJECT and g.source_object_id in cited
+                and (local if g.origin == LOCAL_ORIGIN else not f.delegated))
             or (local and g.scope == GrantScope.PROJECT and g.project_id == f.project.id)
             or (local and g.scope == GrantScope.DOCUMENT and g.document_id == f.document.id)
         ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from ki_core import grants
+from ki_core.acl import viewer_for, visible_versions
 from ki_core.config import Settings
 from ki_core.models import (
     Document,
@@ -105,27 +106,38 @@ class World:
 
     # ---------------------------------------------------------------- access
 
-    def allow(self, principal: str, *, project: str | None = None, document: str | None = None) -> None:
-        grants.grant(self.session, self._target(project, document), principal, settings=self.settings)
+    def allow(self, principal: str, *, project: str | None = None, document: str | None = None,
+              obj: str | None = None) -> None:
+        """A local allow on a project (default "p"), a document or, with `obj`, one source object."""
+        grants.grant(self.session, self._target(project, document, obj), principal, settings=self.settings)
 
-    def deny(self, principal: str, *, project: str | None = None, document: str | None = None) -> None:
+    def deny(self, principal: str, *, project: str | None = None, document: str | None = None,
+             obj: str | None = None) -> None:
         grants.grant(
-            self.session, self._target(project, document), principal, effect=GrantEffect.DENY, settings=self.settings
+            self.session, self._target(project, document, obj), principal, effect=GrantEffect.DENY,
+            settings=self.settings,
         )
 
     def revoke(self, principal: str, *, project: str | None = None, document: str | None = None,
-               effect: str = "allow") -> int:
+               obj: str | None = None, effect: str = "allow") -> int:
         return grants.revoke(
-            self.session, self._target(project, document), principal, effect=GrantEffect(effect),
+            self.session, self._target(project, document, obj), principal, effect=GrantEffect(effect),
             settings=self.settings,
         )
 
     def members(self, group: str, members: Iterable[str], source: str = "fs") -> None:
+        """The group's members as `source` mirrors them (its whole list, replaced)."""
         grants.replace_group_members(
             self.session, self.source(source).id, group, list(members), settings=self.settings
         )
 
-    def _target(self, project: str | None, document: str | None) -> grants.GrantTarget:
+    def local_members(self, group: str, members: Iterable[str]) -> None:
+        """Members an operator adds (`ki groups add`), beside any source's list."""
+        grants.add_local_members(self.session, group, list(members), settings=self.settings)
+
+    def _target(self, project: str | None, document: str | None, obj: str | None = None) -> grants.GrantTarget:
+        if obj is not None:
+            return grants.GrantTarget.source_object(self.objects[obj].id)
         if document is not None:
             return grants.GrantTarget.document(self.documents[document].id)
         return grants.GrantTarget.project(self.projects[project or "p"].id)
@@ -139,3 +151,26 @@ class World:
     def document_names(self, ids: Iterable[str]) -> set[str]:
         by_id = {d.id: name for name, d in self.documents.items()}
         return {by_id[i] for i in ids}
+
+
+# ------------------------------------------------------------- shapes and checks
+
+
+def local_file(world: World, version: str = "v", document: str = "d", project: str = "p") -> None:
+    """A version seen as a local_fs file (object `<version>.txt`) whose ACL nobody told us."""
+    world.version(version, document, project)
+    world.object(f"{version}.txt", "fs")
+    world.observe(version, f"{version}.txt")
+
+
+def dms_object(world: World, acl, version: str = "v") -> None:
+    """A version seen as DMS object `<version>.dms` with this ACL (None: unknown)."""
+    world.version(version)
+    world.object(f"{version}.dms", "dms", acl)
+    world.observe(version, f"{version}.dms")
+
+
+def sees(world: World, principals: list[str], version: str = "v") -> bool:
+    """Re-verification's answer: may these principals see the version?"""
+    viewer = viewer_for(world.session, principals, world.settings)
+    return world.versions[version].id in visible_versions(world.session, viewer, [world.versions[version].id])

@@ -7,8 +7,10 @@ the caller, and the versions the page says the caller sees.
 World notation:
   "versions":  {version: [(object, state), ...]}   all in document "d" unless "documents" says otherwise
   "objects":   {object: (source, acl)}              source "fs*" is local_fs, "dms*" is dms; acl None = unknown
-  "grants":    [(effect, principal, scope)]         scope "project" (p) or a document name
-  "groups":    {group: [members]}
+  "grants":    [(effect, principal, scope)]         scope "project" (p), a document name, or "object:NAME"
+                                                    for an operator's local rule on that one object
+  "groups":    {group: [members]}                   as the source "fs" mirrors them
+  "local_groups": {group: [members]}                added by an operator (`ki groups add`)
 """
 
 from __future__ import annotations
@@ -38,10 +40,19 @@ def build(session: Session, case: dict[str, Any]) -> tuple[World, AccessService]
             world.observe(version, obj, state)
     for group, members in case.get("groups", {}).items():
         world.members(group, members)
+    for group, members in case.get("local_groups", {}).items():
+        world.local_members(group, members)
     for effect, principal, scope in case.get("grants", []):
-        target = {"project": "p"} if scope == "project" else {"document": scope}
-        (world.allow if effect == "allow" else world.deny)(principal, **target)
+        (world.allow if effect == "allow" else world.deny)(principal, **_target(scope))
     return world, AccessService(session, settings)
+
+
+def _target(scope: str) -> dict[str, str]:
+    if scope == "project":
+        return {"project": "p"}
+    if scope.startswith("object:"):
+        return {"obj": scope.removeprefix("object:")}
+    return {"document": scope}
 
 
 def visible(session: Session, case: dict[str, Any]) -> set[str]:
@@ -107,6 +118,13 @@ def test_principals_2_aliases_map_to_the_canonical_principal(db_session: Session
     ("members are stored normalized", {**ACTIVE_FS, "groups": {" Team ": [" ALICE "]},
                                        "grants": [("allow", "team", "project")], "caller": ["alice"],
                                        "expect": {"v"}}),
+    ("a local membership counts like a mirrored one", {**ACTIVE_FS, "local_groups": {"Team": ["Alice"]},
+                                                       "grants": [("allow", "team", "project")],
+                                                       "caller": ["alice"], "expect": {"v"}}),
+    ("local and mirrored memberships chain", {**ACTIVE_FS, "groups": {"firm": ["team"]},
+                                              "local_groups": {"team": ["alice"]},
+                                              "grants": [("allow", "firm", "project")], "caller": ["alice"],
+                                              "expect": {"v"}}),
 )
 def test_principals_3_expand_with_group_memberships(db_session: Session, case) -> None:
     assert visible(db_session, case) == case["expect"]
@@ -153,6 +171,9 @@ KNOWN = {"versions": {"v": [("o", "active")]}}
     ("a local allow does not replace a known ACL", {**KNOWN, "objects": {"o": ("fs", [])},
                                                     "grants": [("allow", "alice", "project")],
                                                     "caller": ["alice"], "expect": set()}),
+    ("a local allow on the object is not its ACL", {**KNOWN, "objects": {"o": ("dms", [("bob", "allow")])},
+                                                    "grants": [("allow", "alice", "object:o")],
+                                                    "caller": ["alice"], "expect": set()}),
 )
 def test_observations_known_acl_needs_a_matching_allow_on_the_object(db_session: Session, case) -> None:
     assert visible(db_session, case) == case["expect"]
@@ -163,6 +184,12 @@ def test_observations_known_acl_needs_a_matching_allow_on_the_object(db_session:
                        "expect": {"v"}}),
     ("document allow", {**ACTIVE_FS, "grants": [("allow", "alice", "d")], "caller": ["alice"], "expect": {"v"}}),
     ("no local allow", {**ACTIVE_FS, "caller": ["alice"], "expect": set()}),
+    ("a local allow on the file", {**ACTIVE_FS, "grants": [("allow", "alice", "object:o")], "caller": ["alice"],
+                                   "expect": {"v"}}),
+    ("a local allow on another file", {"versions": {"v": [("o", "active")], "w": [("other", "active")]},
+                                       "documents": {"w": "e"}, "objects": {"o": FS, "other": FS},
+                                       "grants": [("allow", "alice", "object:other")], "caller": ["alice"],
+                                       "expect": {"w"}}),
 )
 def test_observations_unknown_acl_on_local_fs_delegates_to_local_allow(db_session: Session, case) -> None:
     assert visible(db_session, case) == case["expect"]
@@ -172,6 +199,9 @@ def test_observations_unknown_acl_on_local_fs_delegates_to_local_allow(db_sessio
     ("project allow does not help", {**KNOWN, "objects": {"o": ("dms", None)},
                                      "grants": [("allow", "alice", "project"), ("allow", "alice", "d")],
                                      "caller": ["alice"], "expect": set()}),
+    ("nor does a local allow on the object", {**KNOWN, "objects": {"o": ("dms", None)},
+                                              "grants": [("allow", "alice", "object:o")],
+                                              "caller": ["alice"], "expect": set()}),
 )
 def test_observations_unknown_acl_on_an_external_source_never_gives_access(db_session: Session, case) -> None:
     assert visible(db_session, case) == case["expect"]
@@ -245,6 +275,17 @@ def test_visible_to_admins_with_an_active_observation(db_session: Session, case)
     ("a deny to someone else does not count", {**ACTIVE_FS, "grants": [("allow", "alice", "project"),
                                                                        ("deny", "bob", "project")],
                                                "caller": ["alice"], "expect": {"v"}}),
+    ("a local deny on an actively observed object", {**KNOWN, "objects": {"o": ("dms", [("alice", "allow")])},
+                                                     "grants": [("deny", "alice", "object:o")],
+                                                     "caller": ["alice"], "expect": set()}),
+    ("a local deny on a file to a group of the caller", {**ACTIVE_FS, "local_groups": {"team": ["alice"]},
+                                                         "grants": [("allow", "alice", "project"),
+                                                                    ("deny", "team", "object:o")],
+                                                         "caller": ["alice"], "expect": set()}),
+    ("a local deny on a deleted observation's object does not count",
+     {"versions": {"v": [("a", "active"), ("b", "deleted")]},
+      "objects": {"a": ("dms", [("alice", "allow")]), "b": ("dms", None)},
+      "grants": [("deny", "alice", "object:b")], "caller": ["alice"], "expect": {"v"}}),
 )
 def test_visible_1_no_matching_deny_at_any_scope(db_session: Session, case) -> None:
     assert visible(db_session, case) == case["expect"]
@@ -283,6 +324,10 @@ INTERSECT = {"security": {"source_acl_mode": "intersect"}}
                                                       "objects": {"o": ("dms", [])},
                                                       "grants": [("allow", "alice", "project")],
                                                       "caller": ["alice"], "expect": set()}),
+    ("intersect: source allow and a local allow on the object", {**INTERSECT, **KNOWN,
+                                                                 "objects": {"o": ("dms", [("alice", "allow")])},
+                                                                 "grants": [("allow", "alice", "object:o")],
+                                                                 "caller": ["alice"], "expect": {"v"}}),
     ("intersect: local_fs delegation still works", {**INTERSECT, **ACTIVE_FS,
                                                     "grants": [("allow", "alice", "project")],
                                                     "caller": ["alice"], "expect": {"v"}}),

@@ -18,30 +18,12 @@ from ki_core.acl import (
 )
 from ki_core.config import Settings
 from ki_core.models import DocumentAccessSummary, DocumentVersion
-from tests.ki_core.access_world import World
+from tests.ki_core.access_world import World, dms_object, local_file, sees
 
 
 @pytest.fixture
 def world(db_session: Session) -> World:
     return World(db_session)
-
-
-def sees(world: World, principals: list[str], version: str = "v") -> bool:
-    viewer = viewer_for(world.session, principals, world.settings)
-    return world.versions[version].id in visible_versions(world.session, viewer, [world.versions[version].id])
-
-
-def local_file(world: World, version: str = "v", document: str = "d", project: str = "p") -> None:
-    """A version seen as a local_fs file whose ACL nobody told us."""
-    world.version(version, document, project)
-    world.object(f"{version}.txt", "fs")
-    world.observe(version, f"{version}.txt")
-
-
-def dms_object(world: World, acl, version: str = "v") -> None:
-    world.version(version)
-    world.object(f"{version}.dms", "dms", acl)
-    world.observe(version, f"{version}.dms")
 
 
 # ------------------------------------------------------------------ principals

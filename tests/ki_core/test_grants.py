@@ -82,8 +82,11 @@ def test_unknown_targets_and_blank_principals_are_refused(world: World) -> None:
         grants.revoke(world.session, GrantTarget.document("nope"), "bob", settings=ALIASES)
     with pytest.raises(InvalidPrincipal):
         grants.grant(world.session, GrantTarget.project(world.projects["mandant-a"].id), " \t", settings=ALIASES)
+    with pytest.raises(UnknownTarget, match="no source_object"):
+        grants.grant(world.session, GrantTarget.source_object("x"), "bob", settings=ALIASES)
+    obj = GrantTarget.source_object(world.objects["contract.pdf"].id)
     with pytest.raises(ValueError, match="replace_object_acl"):
-        grants.grant(world.session, GrantTarget(scope=GrantScope.SOURCE_OBJECT, id="x"), "bob", settings=ALIASES)
+        grants.grant(world.session, obj, "bob", origin="dms", settings=ALIASES)
     assert stored(world.session) == []
 
 
@@ -164,6 +167,91 @@ def test_group_members_are_replaced_normalized_without_empties(world: World) -> 
     assert generation(world.session) == before + 1
     with pytest.raises(UnknownTarget):
         grants.replace_group_members(world.session, "nope", "g", ["a"], settings=ALIASES)
+
+
+def test_a_local_object_rule_and_the_same_mirrored_entry_are_two_rows_and_the_sync_replaces_only_its_own(
+    world: World,
+) -> None:
+    obj = world.object("dms-1", "dms", [("bob", "deny")])
+    grants.grant(world.session, GrantTarget.source_object(obj.id), "Bob", effect=GrantEffect.DENY, settings=ALIASES)
+    assert grants.list_grants(world.session, settings=ALIASES)[0].object_name == "dms:dms-1"
+    grants.replace_object_acl(world.session, obj.id, [AclEntry(principal="alice")], settings=ALIASES)
+    rows = world.session.execute(select(Grant.effect, Grant.principal, Grant.origin).order_by(Grant.origin)).all()
+    assert [(e.value, p, o) for e, p, o in rows] == [("allow", "alice", "dms"), ("deny", "bob", "local")]
+    grants.replace_object_acl(world.session, obj.id, None, settings=ALIASES)
+    assert not obj.acl_known
+    assert stored(world.session) == [("source_object", "deny", "bob")]
+    listed = grants.list_grants(world.session, settings=ALIASES)
+    assert [(g.origin, g.object_name) for g in listed] == [("local", "dms:dms-1")], "local rules list by default"
+
+
+def test_a_mirrored_acl_cannot_take_the_origin_of_local_rules(world: World) -> None:
+    obj = world.object("dms-1", "dms")
+    with pytest.raises(ValueError, match="origin 'local'"):
+        grants.replace_object_acl(world.session, obj.id, [AclEntry(principal="bob")], origin="local", settings=ALIASES)
+
+
+def test_a_project_grant_made_here_and_the_same_one_mirrored_are_revoked_each_by_its_own(world: World) -> None:
+    project = GrantTarget.project(world.projects["mandant-a"].id)
+    grants.grant(world.session, project, "bob", origin="dms", settings=ALIASES)
+    local = grants.grant(world.session, project, "bob", settings=ALIASES)
+    assert local.origin == "local"
+    assert grants.revoke(world.session, project, "bob", settings=ALIASES) == 1
+    assert grants.grant_origins(world.session, project, "bob", effect=GrantEffect.ALLOW, settings=ALIASES) == ["dms"]
+    assert grants.revoke(world.session, project, "bob", origin="dms", settings=ALIASES) == 1
+
+
+def test_local_members_are_stored_normalized_once_and_blank_ones_refused(world: World) -> None:
+    before = generation(world.session)
+    assert grants.add_local_members(world.session, " Litigation ", ["Carol", "carol ", "A.Smith"],
+                                    settings=ALIASES) == ["a.smith", "carol"]
+    assert grants.add_local_members(world.session, "litigation", ["CAROL"], settings=ALIASES) == []
+    assert generation(world.session) == before + 1
+    with pytest.raises(InvalidPrincipal):
+        grants.add_local_members(world.session, "litigation", [" "], settings=ALIASES)
+    rows = world.session.execute(select(GroupMembership.source_id, GroupMembership.member_principal)).all()
+    assert sorted(rows) == [(None, "a.smith"), (None, "carol")]
+
+
+def test_removing_local_members_matches_every_name_and_never_a_mirrored_membership(world: World) -> None:
+    world.members("litigation", ["alice"], source="dms")
+    grants.add_local_members(world.session, "litigation", ["a.smith", "carol"], settings=ALIASES)
+    removed = grants.remove_local_members(world.session, "LITIGATION", ["Alice"], settings=ALIASES)
+    assert [(m.group, m.member, m.origin) for m in removed] == [("litigation", "a.smith", "local")]
+    assert grants.remove_local_members(world.session, "litigation", ["nobody"], settings=ALIASES) == []
+    listed = grants.list_memberships(world.session, settings=ALIASES)
+    assert [(m.member, m.origin) for m in listed] == [("alice", "dms"), ("carol", "local")]
+
+
+def test_source_objects_resolve_by_source_and_id_or_by_a_folders_path(world: World, tmp_path) -> None:
+    folder = tmp_path / "akte"
+    (folder / "sub").mkdir(parents=True)
+    source = world.source(f"local:{folder.resolve()}", "local_fs")
+    source.config = {"root": str(folder.resolve())}
+    world.object("sub/x.pdf", source.name)
+    dms = world.object("4711", "dms")
+    expected = world.objects["sub/x.pdf"].id
+    for reference in (f"local:{folder}:sub/x.pdf", f"{folder}:sub/x.pdf", "akte:sub/x.pdf", str(folder / "sub/x.pdf"),
+                      "akte/sub/x.pdf", "local:sub/x.pdf"):
+        assert grants.resolve_source_object(world.session, reference).id == expected, reference
+    assert grants.resolve_source_object(world.session, "dms:4711").id == dms.id
+    with pytest.raises(UnknownTarget, match="give SOURCE:ID"):
+        grants.resolve_source_object(world.session, "dms:4712")
+
+
+def test_a_relative_path_two_folders_hold_is_ambiguous(world: World, tmp_path) -> None:
+    for name in ("one", "two"):
+        root = (tmp_path / name).resolve()
+        root.mkdir()
+        source = world.source(f"local:{root}", "local_fs")
+        source.config = {"root": str(root)}
+        world.object(f"{name}/x.pdf", source.name)
+        world.objects[f"{name}/x.pdf"].external_id = "x.pdf"
+    world.session.flush()
+    with pytest.raises(grants.AmbiguousTarget, match="names 2 objects"):
+        grants.resolve_source_object(world.session, "local:x.pdf")
+    assert grants.resolve_source_object(world.session, "one:x.pdf").source_id == world.sources[
+        f"local:{(tmp_path / 'one').resolve()}"].id
 
 
 def test_the_generation_counter_survives_a_missing_row(db_session: Session) -> None:

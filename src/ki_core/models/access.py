@@ -1,4 +1,4 @@
-"""Grants, mirrored group memberships and the access generation counter.
+"""Grants, group memberships (mirrored and local) and the access generation counter.
 
 Principals are stored normalized and alias-mapped at write time, so visibility
 checks compare with plain equality (spec/access.md, Principals 4).
@@ -26,6 +26,11 @@ class GrantEffect(enum.StrEnum):
     DENY = "deny"
 
 
+# The origin of grants an operator made here (`ki access grant`); a mirrored grant's origin is the
+# name of the source that reported it, so a source's replacement of its own grants never reaches these.
+LOCAL_ORIGIN = "local"
+
+
 class Grant(Base):
     __tablename__ = "grants"
     __table_args__ = (
@@ -41,13 +46,15 @@ class Grant(Base):
         ),
         CheckConstraint("length(principal) > 0", name="principal_not_empty"),
         Index("ix_grants_principal_effect", "principal", "effect"),
-        # NULLs are distinct in unique indexes on both databases: key on the one target.
+        # NULLs are distinct in unique indexes on both databases: key on the one target. The
+        # origin is part of the key, so a local rule and a mirrored ACL entry alike are two rows.
         Index(
-            "uq_grants_target_principal_effect",
+            "uq_grants_target_principal_effect_origin",
             "scope",
             func.coalesce(text("project_id"), text("document_id"), text("source_object_id")),
             "principal",
             "effect",
+            "origin",
             unique=True,
         ),
     )
@@ -65,13 +72,13 @@ class Grant(Base):
     )
     effect: Mapped[GrantEffect] = enum_column(GrantEffect)
     principal: Mapped[str] = mapped_column(String(300))
-    # "local" for grants made here, else the name of the source that mirrored it.
-    origin: Mapped[str] = mapped_column(String(200), default="local")
+    # LOCAL_ORIGIN for grants made here, else the name of the source that mirrored it.
+    origin: Mapped[str] = mapped_column(String(200), default=LOCAL_ORIGIN)
     created_at: Mapped[datetime] = created_at_column()
 
 
 class GroupMembership(Base):
-    """`member_principal` belongs to `group_principal`, as a source told us."""
+    """`member_principal` belongs to `group_principal`, as a source told us or, without a source, an operator."""
 
     __tablename__ = "group_memberships"
     __table_args__ = (
@@ -82,6 +89,15 @@ class GroupMembership(Base):
             "member_principal",
             unique=True,
         ),
+        # The index above treats NULL sources as distinct: local memberships are unique by this one.
+        Index(
+            "uq_group_memberships_local_group_member",
+            "group_principal",
+            "member_principal",
+            unique=True,
+            sqlite_where=text("source_id IS NULL"),
+            postgresql_where=text("source_id IS NULL"),
+        ),
         Index("ix_group_memberships_member", "member_principal"),
         CheckConstraint(
             "length(group_principal) > 0 AND length(member_principal) > 0",
@@ -90,7 +106,8 @@ class GroupMembership(Base):
     )
 
     id: Mapped[str] = id_column()
-    source_id: Mapped[str] = mapped_column(ForeignKey("sources.id", ondelete="CASCADE"))
+    # None: a local membership (`ki groups add`), which no source's sync replaces.
+    source_id: Mapped[str | None] = mapped_column(ForeignKey("sources.id", ondelete="CASCADE"))
     group_principal: Mapped[str] = mapped_column(String(300))
     member_principal: Mapped[str] = mapped_column(String(300))
     created_at: Mapped[datetime] = created_at_column()

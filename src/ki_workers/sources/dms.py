@@ -26,7 +26,16 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 
 from ki_core.config import DmsSettings, DmsSourceSettings
 from ki_core.grants import AclEntry as GrantAclEntry
-from ki_core.grants import GrantTarget, InvalidPrincipal, grant, replace_group_members, replace_object_acl, revoke, stored_principal
+from ki_core.grants import (
+    GrantTarget,
+    InvalidPrincipal,
+    grant,
+    mirrored_object_grants,
+    replace_group_members,
+    replace_object_acl,
+    revoke,
+    stored_principal,
+)
 from ki_core.models import (
     DecisionEvidence,
     DecisionRecord,
@@ -257,9 +266,8 @@ def mirror_acl(session: Session, obj: SourceObject, acl: Acl, origin: str) -> bo
 
 
 def _object_grants(session: Session, object_id: str) -> list[Grant]:
-    return list(
-        session.scalars(select(Grant).where(Grant.scope == GrantScope.SOURCE_OBJECT, Grant.source_object_id == object_id))
-    )
+    """The object's mirrored ACL: an operator's local rules on it are not the source's to compare or replace."""
+    return list(session.scalars(select(Grant).where(mirrored_object_grants(object_id))))
 
 
 # ------------------------------------------------------------------ objects
@@ -433,7 +441,7 @@ def _replace_project_grants(session: Session, project_id: str, event: ProjectCha
     current = {(g.principal, g.effect) for g in mirrored}
     target = GrantTarget.project(project_id)
     for principal, effect in sorted(current - wanted):
-        revoke(session, target, principal, effect=effect)
+        revoke(session, target, principal, effect=effect, origin=origin)
     for principal, effect in sorted(wanted - current):
         grant(session, target, principal, effect=effect, origin=origin)
     return current != wanted

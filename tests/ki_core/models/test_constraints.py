@@ -200,6 +200,23 @@ def test_group_memberships_are_unique_per_source(db_session: Session, world: dic
     _fails(db_session, membership())
 
 
+def test_local_group_memberships_are_unique_too(db_session: Session) -> None:
+    """NULL sources are distinct in the per-source index: the partial index keeps local ones unique."""
+    db_session.add(GroupMembership(source_id=None, group_principal="g", member_principal="u"))
+    db_session.flush()
+    _fails(db_session, GroupMembership(source_id=None, group_principal="g", member_principal="u"))
+
+
+def test_a_local_grant_and_the_same_mirrored_one_are_two_rows(db_session: Session, world: dict) -> None:
+    def grant(origin: str) -> Grant:
+        return Grant(scope=GrantScope.PROJECT, project_id=world["project"].id, effect=GrantEffect.DENY,
+                     principal="u", origin=origin)
+
+    db_session.add_all([grant("local"), grant("dms")])
+    db_session.flush()
+    _fails(db_session, grant("dms"))
+
+
 def test_a_relation_between_the_same_documents_is_stored_once(db_session: Session, world: dict) -> None:
     other = Document(project_id=world["project"].id, key="anlage")
     db_session.add(other)
