@@ -29,7 +29,8 @@ def create_api() -> FastAPI:
 
     settings = load_settings()
     service = _retrieval_service(settings)
-    return with_mcp(create_query_app(settings, service), settings, service)
+    federated = _federated_search(service)
+    return with_mcp(create_query_app(settings, service, federated=federated), settings, service, federated)
 
 
 def create_all_in_one() -> FastAPI:
@@ -39,20 +40,21 @@ def create_all_in_one() -> FastAPI:
 
     settings = load_settings()
     service = _retrieval_service(settings)
+    federated = _federated_search(service)
     app = create_ingress_app(settings)
-    app.mount("/v1", create_query_app(settings, service, prefix=""))
-    return with_mcp(app, settings, service)
+    app.mount("/v1", create_query_app(settings, service, prefix="", federated=federated))
+    return with_mcp(app, settings, service, federated)
 
 
-def with_mcp(app: FastAPI, settings: Settings, service: Callable) -> FastAPI:
-    """The MCP tools at /mcp of `app`, for each request's own caller, sharing the query API's service.
+def with_mcp(app: FastAPI, settings: Settings, service: Callable, federated: Callable | None = None) -> FastAPI:
+    """The MCP tools at /mcp of `app`, for each request's own caller, sharing the query API's services.
 
     A mounted app's lifespan does not run by itself, so the SDK's session manager
     is started inside `app`'s own lifespan.
     """
     from ki_query.mcp_http import MCP_PATH, create_mcp_http_app
 
-    mcp_app = create_mcp_http_app(settings, service)
+    mcp_app = create_mcp_http_app(settings, service, federated=federated)
     app.add_route(MCP_PATH, mcp_app, include_in_schema=False)
     outer = app.router.lifespan_context
 
@@ -70,3 +72,10 @@ def _retrieval_service(settings: Settings) -> Callable:
     from ki_query.retrieval import retrieval_service_from_settings
 
     return cache(lambda: retrieval_service_from_settings(settings))
+
+
+def _federated_search(service: Callable) -> Callable:
+    """The one FederatedSearch of /v1/ask and the MCP tool `ask`, built beside `service` on the first question."""
+    from ki_query.federation.search import FederatedSearchOnFirstUse
+
+    return FederatedSearchOnFirstUse(service)

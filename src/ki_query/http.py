@@ -1,8 +1,8 @@
 """The HTTP surface of the read side (FastAPI). Principals come from the caller's credentials only.
 
-Errors map to status codes in one table: 400 bad window or filters, 401
-missing or invalid credentials, 403 not allowed, 404 no such (visible)
-document, 502 rerank gateway failed, 503 search index unavailable.
+Errors map to status codes in one table (ki_query.refusals): 400 bad window,
+filters or corpus, 401 missing or invalid credentials, 403 not allowed, 404 no
+such (visible) document, 502 rerank gateway failed, 503 search index unavailable.
 
 No `from __future__ import annotations` here: FastAPI reads the dependency
 annotations at runtime, and `Caller` is local to the router.
@@ -21,6 +21,7 @@ from ki_core.config import Settings
 from ki_core.models import RelationKind
 from ki_core.openapi import without_validation_422
 from ki_core.search.types import SearchFilters
+from ki_query.federation.search import FederatedAnswer, FederatedSearch, FederatedSearchOnFirstUse, UnknownCorpus
 from ki_query.graph import MAX_TRAVERSAL_DEPTH
 from ki_query.identity import Identity, resolve_identity
 from ki_query.refusals import REFUSAL_STATUS, refusal_reason
@@ -28,6 +29,7 @@ from ki_query.retrieval import RetrievalService
 from ki_query.types import (
     DecisionHit,
     DocumentView,
+    InvalidFilters,
     NewDecision,
     QueryText,
     RecordId,
@@ -54,6 +56,18 @@ class DecisionSearchRequest(BaseModel):
     limit: int = Field(default=10, gt=0, le=100)
 
 
+class AskRequest(BaseModel):
+    """A question for the federation; whose it is comes from the credentials, never from the body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: QueryText
+    # None: every registered corpus and the firm's index ("firm"); an id no corpus has is a 400.
+    corpora: list[RecordId] | None = Field(default=None, min_length=1)
+    limit: int = Field(default=8, gt=0, le=100)  # the bounds of `ki ask --top-k`
+    explain: bool = False
+
+
 class TraverseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -62,13 +76,19 @@ class TraverseRequest(BaseModel):
     depth: int = Field(default=1, ge=1, le=MAX_TRAVERSAL_DEPTH)
 
 
-def create_query_app(settings: Settings, service: Callable[[], RetrievalService], prefix: str = "/v1") -> FastAPI:
-    """The query API; `service` builds (or returns) the RetrievalService on first use.
+def create_query_app(
+    settings: Settings,
+    service: Callable[[], RetrievalService],
+    prefix: str = "/v1",
+    federated: Callable[[], FederatedSearch] | None = None,
+) -> FastAPI:
+    """The query API; `service` builds (or returns) the RetrievalService on first use, `federated` the
+    FederatedSearch behind /ask (by default one beside `service`; pass the process's one to share it with MCP).
 
     prefix="" gives an app to mount under /v1 of another one (`ki serve` with the ingress).
     """
     app = FastAPI(title="LegalMemory knowledge index: query API", version="1")
-    app.include_router(query_router(settings, service, prefix))
+    app.include_router(query_router(settings, service, prefix, federated or FederatedSearchOnFirstUse(service)))
     for exc_type, status in REFUSAL_STATUS:
         app.add_exception_handler(exc_type, _handler(status))
     app.add_exception_handler(RequestValidationError, _invalid_request)
@@ -89,13 +109,14 @@ def _error(description: str) -> dict[str, Any]:
 
 # The statuses every route of the query API may answer (its handlers above), for the OpenAPI document.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: _error("Malformed request, or a window, depth or filter outside its bounds (the reason names the field)"),
+    400: _error("Malformed request, or a window, depth, filter or corpus outside its bounds (the reason names it)"),
     401: _error("No credentials, or credentials that do not verify"),
     403: _error("Valid credentials that may not do this (e.g. act on behalf of a principal they may not name)"),
-    502: _error("The LLM gateway (rerank) failed"),
     503: _error("The search backend or the database is unavailable, the index does not match this process, "
                 "or the search ran past retrieval.query_budget_seconds; retry"),
 }
+# Only /search reranks; /ask's firm search too, but a failing corpus there is skipped, not refused.
+RERANK_FAILED = {502: _error("The LLM gateway (rerank) failed")}
 NOT_FOUND = {404: _error("No such document, or not visible to the caller (the two are not told apart)")}
 
 
@@ -121,7 +142,12 @@ def _handler(status: int):
     return handle
 
 
-def query_router(settings: Settings, service: Callable[[], RetrievalService], prefix: str = "/v1") -> APIRouter:
+def query_router(
+    settings: Settings,
+    service: Callable[[], RetrievalService],
+    prefix: str,
+    federated: Callable[[], FederatedSearch],
+) -> APIRouter:
     router = APIRouter(prefix=prefix, responses=ERROR_RESPONSES)
 
     def caller(
@@ -133,10 +159,20 @@ def query_router(settings: Settings, service: Callable[[], RetrievalService], pr
 
     Caller = Annotated[Identity, Depends(caller)]
 
-    @router.post("/search", response_model=SearchResponse)
+    @router.post("/search", response_model=SearchResponse, responses=RERANK_FAILED)
     def search(body: SearchRequest, who: Caller) -> Any:
         """Hybrid search (lexical, semantic, identifier legs fused) inside the caller's access scope."""
         return service().search(body, who.principals)
+
+    @router.post("/ask", response_model=FederatedAnswer)
+    def ask(body: AskRequest, who: Caller) -> Any:
+        """Federated search: statutes and the other registered corpora beside the firm's index, which is
+        searched as the caller (an unknown principal or a failing firm search gives no firm hits, never more)."""
+        try:
+            return federated().ask(body.question, who.principals, corpora=body.corpora, top_k=body.limit,
+                                   explain=body.explain)
+        except UnknownCorpus as exc:  # a KeyError to the federation, a bad request here
+            raise InvalidFilters(str(exc)) from None
 
     @router.post("/search/filter", response_model=SearchResponse)
     def search_filter(body: FilterSearchRequest, who: Caller) -> Any:

@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
 
 from ki_core.config import Settings
+from ki_query.federation.search import FederatedSearch
 from ki_query.identity import Forbidden, Unauthenticated, key_digest, resolve_identity
 from ki_query.mcp_server import INSTRUCTIONS, SERVER_NAME, add_retrieval_tools
 from ki_query.retrieval import RetrievalService
@@ -79,17 +80,24 @@ def request_principals(ctx: Context) -> tuple[str, ...]:
     return token.principals
 
 
-def create_mcp_http_app(settings: Settings, service: Callable[[], RetrievalService], *, host: str | None = None) -> Starlette:
+def create_mcp_http_app(
+    settings: Settings,
+    service: Callable[[], RetrievalService],
+    *,
+    host: str | None = None,
+    federated: Callable[[], FederatedSearch] | None = None,
+) -> Starlette:
     """An ASGI app serving the tools at /mcp; run its lifespan (the SDK's session manager) with the host app's.
 
     `host` is the interface `ki mcp --transport http` binds: on localhost the SDK
     also refuses foreign Host/Origin headers (DNS rebinding). Mounted in the query
     API the public host is not known here; a rebinding page cannot send the
-    bearer credential every request needs, so that check is left off there.
+    bearer credential every request needs, so that check is left off there. `federated`: the
+    FederatedSearch behind `ask` (by default one beside `service`; `ki.asgi` shares the query API's).
     """
     auth = AuthSettings(issuer_url=_UNPUBLISHED_ISSUER, resource_server_url=None)
     server = MCPServer(name=SERVER_NAME, instructions=INSTRUCTIONS, token_verifier=CallerTokenVerifier(settings), auth=auth)
-    add_retrieval_tools(server, service, request_principals)
+    add_retrieval_tools(server, service, request_principals, federated)
     security = None if host else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     return server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
                                       transport_security=security, host=host or "")

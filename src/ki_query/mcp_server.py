@@ -11,33 +11,39 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from ki_core.models import RelationKind
+from ki_query.federation.search import FederatedSearch, FederatedSearchOnFirstUse, UnknownCorpus
 from ki_query.identity import Identity
 from ki_query.refusals import REFUSALS, refusal_reason
 from ki_query.retrieval import RetrievalService
-from ki_query.types import NewDecision, QueryText, RecordId, SearchRequest, parse_filters
+from ki_query.types import InvalidFilters, NewDecision, QueryText, RecordId, SearchRequest, parse_filters
 
 SERVER_NAME = "legalmemory-ki"
 INSTRUCTIONS = (
     "Search a law firm's documents (contracts, letters, memos, court decisions) within the "
     "caller's access rights. Every hit carries a citation (project, document, version, source). "
-    "Paste case numbers (Aktenzeichen) or statute references verbatim: an identifier leg matches them."
+    "Paste case numbers (Aktenzeichen) or statute references verbatim: an identifier leg matches them. "
+    "`ask` puts the statutes (law, §, Absatz) next to the firm's documents in one ranked list."
 )
 
 # The principals one tool call acts for; raises rather than return a default.
 PrincipalsOf = Callable[[Context], tuple[str, ...]]
 
 
-def create_mcp_server(service: Callable[[], RetrievalService], identity: Identity) -> MCPServer:
+def create_mcp_server(
+    service: Callable[[], RetrievalService],
+    identity: Identity,
+    federated: Callable[[], FederatedSearch] | None = None,
+) -> MCPServer:
     """The stdio server: every call acts for the one identity resolved at start-up."""
     server = MCPServer(name=SERVER_NAME, instructions=INSTRUCTIONS)
-    return add_retrieval_tools(server, service, lambda _ctx: identity.principals)
+    return add_retrieval_tools(server, service, lambda _ctx: identity.principals, federated)
 
 
 def refusals_as_tool_errors(tool: Callable) -> Callable:
@@ -57,8 +63,17 @@ def refusals_as_tool_errors(tool: Callable) -> Callable:
     return run
 
 
-def add_retrieval_tools(server: MCPServer, service: Callable[[], RetrievalService], principals_of: PrincipalsOf) -> MCPServer:
-    """The tools, defined once for every transport. `ctx` is injected by the SDK and is not a tool argument."""
+def add_retrieval_tools(
+    server: MCPServer,
+    service: Callable[[], RetrievalService],
+    principals_of: PrincipalsOf,
+    federated: Callable[[], FederatedSearch] | None = None,
+) -> MCPServer:
+    """The tools, defined once for every transport. `ctx` is injected by the SDK and is not a tool argument.
+
+    `federated` gives the FederatedSearch behind `ask`; by default one beside `service`, built on first use.
+    """
+    federated = federated or FederatedSearchOnFirstUse(service)
 
     @server.tool()
     @refusals_as_tool_errors
@@ -67,6 +82,18 @@ def add_retrieval_tools(server: MCPServer, service: Callable[[], RetrievalServic
         """Hybrid search. filters: project_id, matter_id, doc_type, version_status, language, date_from, date_to, clause_type, chunk_kind."""
         request = SearchRequest(query=query, filters=parse_filters(filters), offset=offset, limit=limit, explain=explain)
         return service().search(request, principals_of(ctx)).model_dump(mode="json")
+
+    @server.tool()
+    @refusals_as_tool_errors
+    def ask(question: QueryText, corpora: Annotated[list[RecordId], Field(min_length=1)] | None = None,
+            limit: Annotated[int, Field(gt=0, le=100)] = 8, explain: bool = False, *, ctx: Context) -> dict:
+        """Statutes and other registered corpora beside the firm's documents, one ranked list: each hit names its
+        corpus, address (law, §, Absatz, or the firm document), kinds and score. corpora: only these ids ("firm")."""
+        try:
+            answer = federated().ask(question, principals_of(ctx), corpora=corpora, top_k=limit, explain=explain)
+        except UnknownCorpus as exc:  # a KeyError to the federation, a bad argument here
+            raise InvalidFilters(str(exc)) from None
+        return answer.model_dump(mode="json")
 
     @server.tool()
     @refusals_as_tool_errors

@@ -93,6 +93,10 @@ def test_the_openapi_document_names_the_statuses_answered_and_no_422(client: Tes
     document = client.get("/openapi.json").json()
     search = document["paths"]["/v1/search"]["post"]["responses"]
     assert set(search) == {"200", "400", "401", "403", "502", "503"}
+    ask = document["paths"]["/v1/ask"]["post"]
+    assert set(ask["responses"]) == {"200", "400", "401", "403", "503"}, "a failing rerank skips the firm, no 502"
+    assert ask["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/FederatedAnswer")
+    assert ask["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/AskRequest")
     assert "404" in document["paths"]["/v1/documents/{document_id}"]["get"]["responses"]
     assert "HTTPValidationError" not in document["components"]["schemas"]
 

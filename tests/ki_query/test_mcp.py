@@ -11,7 +11,8 @@ from ki_query.identity import Identity
 from ki_query.mcp_server import create_mcp_server
 from tests.ki_query.retrieval_fixtures import MEMBER, FolderWorld, folder_world  # noqa: F401
 
-TOOLS = {"search", "search_filter", "search_decisions", "get_document", "traverse", "related_documents", "add_decision"}
+TOOLS = {"search", "ask", "search_filter", "search_decisions", "get_document", "traverse", "related_documents",
+         "add_decision"}
 
 
 def _call(world: FolderWorld, principals: tuple[str, ...], tool: str, arguments: dict):

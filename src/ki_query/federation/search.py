@@ -163,3 +163,18 @@ def firm_service_from_settings(settings: Settings) -> Any | None:
 
 
 __all__ = ["FederatedAnswer", "FederatedHit", "FederatedSearch", "UnknownCorpus", "firm_service_from_settings"]
+
+
+class FederatedSearchOnFirstUse:
+    """The process's one FederatedSearch (HTTP API, MCP), built on the first question beside its RetrievalService:
+    the service is the firm's corpus (searched as each caller) and lends its embedder, so the model loads once."""
+
+    def __init__(self, service: Any) -> None:  # builds (or returns) the RetrievalService
+        self._service = service
+        self._search: FederatedSearch | None = None
+
+    def __call__(self) -> FederatedSearch:
+        if self._search is None:
+            firm = self._service()
+            self._search = FederatedSearch.from_settings(firm.settings, firm_service=firm, embedder=firm.embedder)
+        return self._search
