@@ -28,6 +28,7 @@ from ki_core.acl import (
 )
 from ki_core.config import Settings
 from ki_core.grants import UnknownTarget
+from ki_core.models.access import LOCAL_ORIGIN
 from ki_core.models import (
     Document,
     DocumentVersion,
@@ -232,7 +233,7 @@ def _observation_verdict(observation: tuple, facts: _VersionFacts, viewer: Viewe
     if viewer.is_admin:
         return True, "active (admins need nothing more)"
     if acl_known:
-        allow = _first(facts.grants, GrantEffect.ALLOW, GrantScope.SOURCE_OBJECT, object_id)
+        allow = _first_mirrored_allow(facts.grants, object_id)
         return (True, f"known ACL: {allow.describe()}") if allow else (False, "known ACL without a matching allow")
     if kind != "local_fs":
         return False, "external source without a known ACL: fail closed"
@@ -269,12 +270,21 @@ def _decision(
     return True, f"allowed: {accessible[0].external_id}: {accessible[0].reason}"
 
 
-def _first(grants: list[GrantMatch], effect: GrantEffect, scope: GrantScope, target: str) -> GrantMatch | None:
-    return next((g for g in grants if g.effect == effect and g.scope == scope and g.target_id == target), None)
+def _first_mirrored_allow(grants: list[GrantMatch], object_id: str) -> GrantMatch | None:
+    """An allow of the object's known ACL: mirrored from its source, never a local rule on the object
+    ("a local grant never overrides an external ACL", ki_core.acl.version_predicate)."""
+    return next(
+        (g for g in grants if g.effect == GrantEffect.ALLOW and g.scope == GrantScope.SOURCE_OBJECT
+         and g.target_id == object_id and g.origin != LOCAL_ORIGIN),
+        None,
+    )
 
 
 def _local_allow(facts: _VersionFacts) -> GrantMatch | None:
+    """A project or document allow, or a local allow on an object this version is actively observed at
+    (facts.grants holds object grants of active observations only)."""
     return next(
-        (g for g in facts.grants if g.effect == GrantEffect.ALLOW and g.scope != GrantScope.SOURCE_OBJECT),
+        (g for g in facts.grants if g.effect == GrantEffect.ALLOW
+         and (g.scope != GrantScope.SOURCE_OBJECT or g.origin == LOCAL_ORIGIN)),
         None,
     )

@@ -320,9 +320,7 @@ def check(session: Session, spec: Spec) -> None:
 
     check_projection(world, reference)
     check_summary(world, reference)
-    # Explain (ki_query.access_explain) does not narrate a local object allow yet; its verdict is SQL's.
-    narrates = not any(effect == "allow" for _o, effect, _p in spec.local_rules)
-    if len(spec.callers) == 1 and narrates:
+    if len(spec.callers) == 1:
         check_explain(world, service, reference, spec.callers[0], spec.explained % len(world.documents))
 
 
@@ -403,6 +401,12 @@ def run_in_savepoint(session: Session, spec: Spec) -> None:
     documents=((0, 1), (1, 1)), objects=(("fs1", None), ("dms1", ())),
     observations=((0, 0, "active"), (1, 1, "active")), grants=(("project", 0, "allow", "ops"),), groups=(),
     aliases=(), admins=(), mode="sufficient", callers=("alice",), project_filter=None, explained=1,
+    local_rules=((0, "allow", "team"), (1, "allow", "team")), local_groups=(("team", ("alice",)),),
+))
+@example(spec=Spec(  # explain narrates that local allow: the local file it opens is explained as visible
+    documents=((0, 1), (1, 1)), objects=(("fs1", None), ("dms1", ())),
+    observations=((0, 0, "active"), (1, 1, "active")), grants=(("project", 0, "allow", "ops"),), groups=(),
+    aliases=(), admins=(), mode="sufficient", callers=("alice",), project_filter=None, explained=0,
     local_rules=((0, "allow", "team"), (1, "allow", "team")), local_groups=(("team", ("alice",)),),
 ))
 def test_random_worlds_agree_with_the_reference(db_session: Session, spec: Spec) -> None:
