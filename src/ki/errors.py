@@ -45,6 +45,7 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_workers.sources.local_fs.ManifestError", EXIT_FAILED),
     ("ki_query.types.WindowTooDeep", EXIT_FAILED),
     ("ki_query.types.QueryTooLong", EXIT_CONFIG),  # a usage error: the same query will never pass
+    ("ki_query.federation.errors.EmptyQuestion", EXIT_CONFIG),  # "" or "?": a usage error too
     ("ki_query.types.TraversalTooDeep", EXIT_FAILED),
     ("ki_core.search.types.ResultWindowTooDeep", EXIT_FAILED),
     ("ki_query.types.InvalidFilters", EXIT_FAILED),

@@ -1,4 +1,5 @@
-"""`ki corpus load|list`, `ki ask` and `ki eval` as an operator runs them (embedded backend, hashing embedder)."""
+"""`ki corpus load|list|remove`, `ki ask` and `ki eval` as an operator runs them (embedded backend, hashing
+embedder)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,50 @@ def test_corpus_list_shows_the_registered_corpus(loaded) -> None:
     assert listed["embedding_warning"] is None
     table = runner.invoke(app, ["corpus", "list"])
     assert "statutes" in table.stdout and "SGB V" in table.stdout
+
+
+def test_corpus_list_says_which_corpora_can_answer_now_and_why_not(loaded, monkeypatch) -> None:
+    monkeypatch.setenv("KI_EMBEDDING__MODEL", "other")
+    assert runner.invoke(app, ["corpus", "load", "fremd", str(STATUTES)]).exit_code == 0
+    monkeypatch.setenv("KI_EMBEDDING__MODEL", "hashing")
+    listed = {c["id"]: c for c in invoke_json(["corpus", "list", "--json"])["corpora"]}
+    assert listed["statutes"]["can_answer_now"] is True and listed["statutes"]["cannot_answer_because"] is None
+    assert listed["fremd"]["can_answer_now"] is False
+    assert "was indexed with hashing:other:384" in listed["fremd"]["cannot_answer_because"]
+    table = runner.invoke(app, ["corpus", "list"], env={"COLUMNS": "250"})
+    assert "can answer now" in table.stdout and "yes" in table.stdout
+    assert "no (corpus fremd was indexed with hashing:other:384" in table.stdout
+
+
+def test_corpus_remove_asks_first_and_removes_rows_and_index(loaded) -> None:
+    index = loaded / "index" / "corpus-statutes-hashing-hashing-384"
+    assert index.is_dir()
+    declined = runner.invoke(app, ["corpus", "remove", "statutes"], input="n\n")
+    assert declined.exit_code == 1 and "remove corpus statutes (70 units" in declined.stdout
+    assert index.is_dir()
+    removed = runner.invoke(app, ["corpus", "remove", "statutes"], input="y\n")
+    assert removed.exit_code == 0, removed.output
+    assert "corpus statutes removed: 70 units; index corpus-statutes-hashing-hashing-384 deleted" in removed.stdout
+    assert not index.exists()
+    assert invoke_json(["corpus", "list", "--json"])["corpora"] == []
+
+
+def test_corpus_remove_yes_asks_nothing_and_an_unknown_id_is_one_line_exit_1(loaded) -> None:
+    assert runner.invoke(app, ["corpus", "remove", "statutes", "--yes"]).exit_code == 0
+    unknown = runner.invoke(app, ["corpus", "remove", "statutes", "--yes"])
+    assert unknown.exit_code == 1
+    assert unknown.output.strip().splitlines() == [
+        "error: no corpus 'statutes' is registered (ki corpus list shows the registered ones)"
+    ]
+
+
+@pytest.mark.parametrize("question", ["", "?"])
+def test_ask_without_words_is_a_usage_error_in_one_line(loaded, question) -> None:
+    result = runner.invoke(app, ["ask", question, "--as", "user:anna"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: the question {question!r} has no words to search for: ask with at least one word or number"
+    ]
 
 
 def test_ask_answers_with_corpus_address_kinds_and_score(loaded) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ki.errors import cli_errors
@@ -27,6 +28,10 @@ def ask(
     explain: Annotated[bool, typer.Option("--explain", help="Show corpus selection and diagnostics.")] = False,
 ) -> None:
     """Ask every selected corpus at once; hits show corpus, address, retrieval kinds and score."""
+    from ki_query.federation.errors import check_question
+
+    check_question(question)  # before settings, models and indexes: "" or "?" is a usage error (exit 2)
+
     from ki_core.config import load_settings
     from ki_query.federation.search import FederatedSearch, firm_service_from_settings
 
@@ -49,9 +54,7 @@ def ask(
 def _print(answer: FederatedAnswer) -> None:
     console = Console(highlight=False)
     if answer.selection is not None:
-        selection = answer.selection
-        console.print(f"corpora available {selection['available']}, routed {selection['routed']}, "
-                      f"required {selection['required']}, selected {selection['selected']}", soft_wrap=True)
+        _print_selection(console, answer.selection)
     table = Table(title=f"{len(answer.hits)} hits for: {answer.question}")
     for column in ("#", "corpus", "address", "kinds", "rank", "score", "text"):
         table.add_column(column, overflow="fold")
@@ -63,6 +66,18 @@ def _print(answer: FederatedAnswer) -> None:
     console.print(table)
     if answer.diagnostics is not None:
         console.print(json.dumps(answer.diagnostics, indent=2, ensure_ascii=False, default=str))
+
+
+def _print_selection(console: Console, selection: dict) -> None:
+    """Which corpora were asked, which were left out and why, and the steps a failing provider skipped."""
+    console.print(f"corpora available {selection['available']}, routed {selection['routed']}, "
+                  f"required {selection['required']}, selected {selection['selected']}", soft_wrap=True)
+    if selection.get("always_selected"):
+        console.print(f"always asked (outside the corpus cap): {selection['always_selected']}", soft_wrap=True)
+    for corpus_id, why in (selection.get("left_out") or {}).items():
+        console.print(escape(f"left out {corpus_id}: {why}"), soft_wrap=True)
+    for step in selection.get("skipped") or ():
+        console.print(f"[yellow]skipped:[/] {escape(step)}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

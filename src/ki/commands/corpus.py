@@ -1,4 +1,4 @@
-"""`ki corpus load|list`: statute, contract and guideline corpora for the federation.
+"""`ki corpus load|list|remove`: statute, contract and guideline corpora for the federation.
 
 A corpus is registered in SQL (id, kind, index name, default container, embedding
 signature and metric) and gets its own search index; `load` reads statute-format
@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ki.commands import progress_report
@@ -68,7 +69,7 @@ def load(
 @corpus_app.command("list")
 @cli_errors
 def list_corpora(as_json: Annotated[bool, typer.Option("--json", help="Plain JSON.")] = False) -> None:
-    """The registered corpora with their containers, units and embedding signature."""
+    """The registered corpora: kind, units, embedder, index, and whether each can answer now."""
     from ki_core.config import load_settings
     from ki_core.db import engine_from_settings, session_factory
     from ki_core.embedding import embedder_from_settings
@@ -84,16 +85,49 @@ def list_corpora(as_json: Annotated[bool, typer.Option("--json", help="Plain JSO
     if as_json:
         typer.echo(json.dumps(diagnostics, indent=2, ensure_ascii=False))
         return
-    table = Table(title="corpora")
-    for column in ("id", "kind", "containers", "default container", "units", "embedding", "index"):
+    _print_corpora(diagnostics)
+
+
+def _print_corpora(diagnostics: dict) -> None:
+    table = Table(title=f"corpora (questions are embedded with {diagnostics['query_embedder']})")
+    for column in ("id", "kind", "containers", "units", "embedding", "index", "can answer now"):
         table.add_column(column, overflow="fold")
     for spec in diagnostics["corpora"]:
-        table.add_row(spec["id"], spec["kind"], ", ".join(spec["containers"]), spec["default_container"] or "-",
-                      str(spec["unit_count"]), f"{spec['embedding_signature']} ({spec['metric']})", spec["index_name"])
+        answers = "yes" if spec["can_answer_now"] else f"no ({spec['cannot_answer_because']})"
+        table.add_row(spec["id"], spec["kind"], ", ".join(spec["containers"]), str(spec["unit_count"]),
+                      f"{spec['embedding_signature']} ({spec['metric']})", spec["index_name"], escape(answers))
     console = Console()
     console.print(table)
+    if not diagnostics["corpora"]:
+        console.print("no corpus is registered: ki corpus load NAME FILE... registers one")
     if diagnostics["embedding_warning"]:
-        console.print(f"[yellow]warning:[/] {diagnostics['embedding_warning']}")
+        console.print(f"[yellow]warning:[/] {escape(diagnostics['embedding_warning'])}")
+
+
+@corpus_app.command("remove")
+@cli_errors
+def remove(
+    name: Annotated[str, typer.Argument(help="Corpus id, as ki corpus list shows it.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Remove corpus NAME: its search index, its units and its registration."""
+    from ki_core.config import load_settings
+    from ki_core.db import engine_from_settings, session_factory
+    from ki_query.federation.corpus_loader import registered_corpus, remove_corpus
+
+    settings = load_settings()
+    engine = engine_from_settings(settings)
+    try:
+        sessions = session_factory(engine)
+        target = registered_corpus(sessions, name)
+        if not yes:
+            typer.confirm(f"remove corpus {name} ({target.unit_count} units, index {target.index_name})?", abort=True)
+        report = remove_corpus(settings, sessions, name)
+    finally:
+        engine.dispose()
+    index = f"index {report.index_name} deleted" if report.index_removed else f"index {report.index_name} was not there"
+    Console().print(f"corpus [bold]{report.corpus_id}[/] removed: {report.units} units; {index}", highlight=False,
+                    soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

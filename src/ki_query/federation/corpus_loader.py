@@ -9,6 +9,11 @@ the loaded containers in SQL, the authoritative copy; (2) embed and write the in
 the SearchIndex protocol (either backend); (3) record the unit count in a fresh transaction.
 A crash between phases makes the next `ki corpus load` repeat the work, never skip it.
 
+`remove_corpus` undoes a load: the index first, then the SQL rows (a crash between leaves a
+registered corpus without an index, which `ki corpus list` shows and a second remove
+finishes; the other order would leave an index nothing names). A reload under another
+embedder writes a new index and then deletes the previous one.
+
 The index has no container/section fields, so address lookups read the SQL rows
 (`corpus_units`); the index maps project_id = corpus, document_id = container,
 document_version_id = record id, matter_id = "container|section" (for a section filter)
@@ -19,8 +24,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import re
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +44,7 @@ from ki_core.identifiers import extract, normalize_law
 from ki_core.models.corpora import Corpus, CorpusKind, CorpusUnit
 from ki_core.search import DeleteOp, IndexOp, SearchIndex, open_index
 from ki_core.search.types import IndexChunk
-from ki_query.federation.errors import CorpusLoadError
+from ki_query.federation.errors import CorpusLoadError, UnknownCorpus
 
 UNIT_KIND = "chunk"
 SECTION_KIND = "section"
@@ -103,8 +111,10 @@ class Replaced:
 
     stale_units: list[int]
     stale_sections: list[int]
-    # The embedder changed: the new index must receive the corpus's other containers too.
+    # The embedder changed: the new index must receive the corpus's other containers too, and
+    # the previous index (of the old embedder) is deleted once the new one is written.
     rebuild: bool
+    previous_index: str | None = None
 
 
 @dataclass
@@ -373,6 +383,8 @@ def load_corpus(
         if owned:
             index.close()
     _record_count(sessions, corpus_id)
+    if replaced.rebuild and replaced.previous_index:
+        drop_corpus_index(settings, replaced.previous_index)
     return report
 
 
@@ -394,7 +406,8 @@ def _register(
         if corpus is None:
             corpus = Corpus(id=corpus_id, attributes={}, unit_count=0, index_name=index_name)
             session.add(corpus)
-        rebuild = corpus.index_name != index_name
+        previous_index = corpus.index_name
+        rebuild = previous_index != index_name
         corpus.kind = kind
         corpus.index_name = index_name
         corpus.embedding_signature = embedder.signature
@@ -423,7 +436,7 @@ def _register(
     stale_sections = {section_chunk_id(r.container_id, r.section_id) for r in held_rows} - {
         section_chunk_id(u.container_id, u.section_id) for u in units
     }
-    return Replaced(sorted(stale_units), sorted(stale_sections), rebuild)
+    return Replaced(sorted(stale_units), sorted(stale_sections), rebuild, previous_index if rebuild else None)
 
 
 def _other_units(sessions: sessionmaker[Session], corpus_id: str, loaded: Sequence[str]) -> list[Unit]:
@@ -468,3 +481,95 @@ def _record_count(sessions: sessionmaker[Session], corpus_id: str) -> None:
         if corpus is not None:
             count = select(func.count()).select_from(CorpusUnit).where(CorpusUnit.corpus_id == corpus_id)
             corpus.unit_count = session.scalar(count) or 0
+
+
+# ------------------------------------------------------------------ index presence and removal
+
+
+@dataclass(frozen=True)
+class RegisteredCorpus:
+    """What removing a corpus deletes (shown before the operator confirms)."""
+
+    corpus_id: str
+    index_name: str
+    unit_count: int
+
+
+@dataclass(frozen=True)
+class RemovalReport:
+    corpus_id: str
+    index_name: str
+    units: int
+    index_removed: bool
+
+
+def registered_corpus(sessions: sessionmaker[Session], corpus_id: str) -> RegisteredCorpus:
+    with sessions() as session:
+        corpus = session.get(Corpus, corpus_id)
+        if corpus is None:
+            raise UnknownCorpus(corpus_id)
+        return RegisteredCorpus(corpus.id, corpus.index_name, corpus.unit_count)
+
+
+def remove_corpus(settings: Settings, sessions: sessionmaker[Session], corpus_id: str) -> RemovalReport:
+    """Delete the corpus's index, then its units and its registration (UnknownCorpus if none)."""
+    corpus = registered_corpus(sessions, corpus_id)
+    index_removed = drop_corpus_index(settings, corpus.index_name)
+    with transaction(sessions) as session:
+        units = session.execute(delete(CorpusUnit).where(CorpusUnit.corpus_id == corpus_id)).rowcount
+        session.execute(delete(Corpus).where(Corpus.id == corpus_id))
+    return RemovalReport(corpus_id, corpus.index_name, units, index_removed)
+
+
+def corpus_index_exists(settings: Settings, index_name: str) -> bool:
+    """Embedded: its chunk store is there; OpenSearch: an index or alias of that name."""
+    if settings.search.backend == "opensearch":
+        return bool(_on_opensearch(settings, index_name, lambda client: client.indices.exists(index=index_name)))
+    from ki_core.search.embedded import STORE_FILE
+
+    return (settings.embedded_index_path / index_name / STORE_FILE).is_file()
+
+
+def drop_corpus_index(settings: Settings, index_name: str) -> bool:
+    """Delete a corpus index (OpenSearch: the indices behind the alias); False when there was none."""
+    if settings.search.backend == "opensearch":
+        return _on_opensearch(settings, index_name, lambda client: _delete_opensearch_index(client, index_name))
+    return _delete_embedded_index(settings.embedded_index_path / index_name)
+
+
+def _delete_embedded_index(path: Path) -> bool:
+    from ki_core.search.embedded import LOCK_FILE, acquire_writer_lock
+
+    if not path.is_dir():
+        return False
+    # Under the writer lock: a load writing this index now raises IndexLockedError, nothing is deleted.
+    lock = acquire_writer_lock(path / LOCK_FILE)
+    try:
+        shutil.rmtree(path)
+    finally:
+        os.close(lock)
+    return True
+
+
+def _delete_opensearch_index(client: Any, index_name: str) -> bool:
+    names = sorted(client.indices.get_alias(name=index_name)) if client.indices.exists_alias(name=index_name) else []
+    if not names and client.indices.exists(index=index_name):
+        names = [index_name]
+    if names:
+        client.indices.delete(index=",".join(names))
+    return bool(names)
+
+
+def _on_opensearch(settings: Settings, index_name: str, action: Callable[[Any], Any]) -> Any:
+    from opensearchpy.exceptions import OpenSearchException
+
+    from ki_core.search.opensearch import make_client, transport_detail
+    from ki_core.search.types import SearchBackendError
+
+    client = make_client(settings.search.opensearch)
+    try:
+        return action(client)
+    except OpenSearchException as exc:
+        raise SearchBackendError(f"OpenSearch on index {index_name} failed: {transport_detail(exc)}") from exc
+    finally:
+        client.close()

@@ -17,6 +17,10 @@ class CorpusEmbeddingMismatch(RuntimeError):
     """A corpus was indexed with another embedder than the one that embeds the question."""
 
 
+class CorpusIndexMissing(RuntimeError):
+    """A registered corpus has no search index (deleted, or its load stopped before the index phase)."""
+
+
 class CorpusLoadError(ValueError):
     """A record file is unreadable or a record is malformed; the message names file and line."""
 
@@ -27,3 +31,22 @@ class ProviderConfigError(ValueError):
 
 class EvalFileError(ValueError):
     """The queries file is unreadable or a line is malformed; the message names file and line."""
+
+
+class EmptyQuestion(ValueError):
+    """A question without a letter or digit ("", "?"): a usage error (CLI exit 2, HTTP 400).
+
+    Nothing could match it, and embedding it gives a zero vector that every corpus rejects.
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__(
+            f"the question {question!r} has no words to search for: ask with at least one word or number"
+        )
+
+
+def check_question(question: object) -> str:
+    """The question, or EmptyQuestion when it has no letter or digit to search for."""
+    if not isinstance(question, str) or not any(ch.isalnum() for ch in question):
+        raise EmptyQuestion(question if isinstance(question, str) else repr(question))
+    return question

@@ -17,7 +17,7 @@ from typing import Any
 
 from ki_core.identifiers import extract, normalize_law
 from ki_query.federation.errors import ProviderConfigError
-from ki_query.federation.retriever import Address
+from ki_query.federation.retriever import ADDRESS, Address, typed_entries
 
 # A range "§§ 11-14" is expanded to its sections only when it is short: a long range is a
 # block of rules, and the federation fetches at most max_verweis_normen targets anyway.
@@ -126,7 +126,7 @@ class MentionRouter:
 class AnchorRegister:
     """Question patterns -> addresses that must be in the context, read from a JSON file.
 
-    Format (see ki_core/data/anchors.example.json):
+    Format (see ki_core/data/anchors.example.json; an address is read as the federation reads one):
     {"anchors": [{"pattern": "<regex, case-insensitive>", "addresses": [
         {"corpus_id": ..., "container_id": ..., "section_id": ..., "subsection": ..., "max_chunks": ...}]}]}
     """
@@ -154,25 +154,14 @@ def _anchor_rule(path: Path, index: int, entry: Mapping[str, Any]) -> tuple[re.P
     where = f"anchors file {path}, anchors[{index}]"
     try:
         pattern = re.compile(entry["pattern"], re.IGNORECASE)
-        addresses = tuple(
-            Address(
-                corpus_id=a["corpus_id"],
-                section_id=a["section_id"],
-                container_id=a.get("container_id"),
-                subsection=_subsection(a.get("subsection")),
-                max_chunks=a.get("max_chunks"),
-            )
-            for a in entry["addresses"]
-        )
+        addresses, problems = typed_entries(entry["addresses"], ADDRESS, "addresses")
     except KeyError as exc:
         raise ProviderConfigError(f"{where}: missing key {exc}") from None
     except (re.error, TypeError) as exc:
         raise ProviderConfigError(f"{where}: {exc}") from None
-    return pattern, addresses
-
-
-def _subsection(value: object) -> str | None:
-    return None if value is None or value == "" else str(value)
+    if problems:
+        raise ProviderConfigError(f"{where}: addresses " + " | ".join(problems))
+    return pattern, tuple(addresses)
 
 
 # ------------------------------------------------------------------ Verweise

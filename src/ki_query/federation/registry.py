@@ -8,6 +8,8 @@ must not take the service down).
 The firm's index is a corpus too, through `FirmIndexCorpus`, an adapter over anything
 with `search(request, principals)` (the RetrievalService). Statute corpora are public;
 the firm's index answers only with the caller's principals, and nothing without them.
+It is asked for every question outside the corpus cap (`always_selected`); a corpus that
+cannot answer now (`cannot_answer`: another embedder, no index) is not asked at all.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.config import Settings
-from ki_core.embedding import Embedder
+from ki_core.embedding import Embedder, embedder_signature
 from ki_core.models.corpora import Corpus
-from ki_core.search import SearchIndex, index_signature, open_index
-from ki_query.federation.errors import CorpusEmbeddingMismatch, UnknownCorpus
-from ki_query.federation.corpus_loader import index_metric
+from ki_core.search import SearchIndex, open_index
+from ki_query.federation.corpus_loader import corpus_index_exists, index_metric
+from ki_query.federation.errors import CorpusEmbeddingMismatch, CorpusIndexMissing, UnknownCorpus
 from ki_query.federation.corpus_retriever import CorpusRetriever, HybridWeights, negative_threshold_for
 from ki_query.federation.corpus_units import UnitStore
 
@@ -200,6 +202,15 @@ class CorpusRegistry:
             self._retrievers[corpus_id] = self._open_retriever(self.spec(corpus_id))
         return self._retrievers[corpus_id]
 
+    def always_selected(self) -> list[str]:
+        """Asked for every question, outside the corpus cap: the firm's index (spec/amendments.md 5)."""
+        return [self.firm.corpus_id] if self.firm is not None and self.firm.corpus_id in self.available() else []
+
+    def cannot_answer(self, corpus_id: str) -> str | None:
+        """Why the corpus cannot answer a question now, or None when it can."""
+        problem = self._problem_opening(self.spec(corpus_id))
+        return None if problem is None else str(problem)
+
     def refresh(self) -> None:
         self._specs = None
 
@@ -220,24 +231,45 @@ class CorpusRegistry:
         return self._specs
 
     def _firm_spec(self, corpus_id: str) -> CorpusSpec:
+        # The embedder's signature, as the corpora carry it (index_signature adds the identifier
+        # extractor's version, which made the firm look incomparable to every corpus).
+        embedding = self.settings.embedding
         return CorpusSpec(
             id=corpus_id,
             kind=FIRM_KIND,
             index_name=self.settings.retrieval.index_name,
-            embedding_signature=index_signature(self.settings),
+            embedding_signature=embedder_signature(embedding.label(), self.settings.effective_embedding_dimensions),
             metric=index_metric(self.settings),
             title="Kanzlei-Wissensindex",
             public=False,
         )
 
-    def _open_retriever(self, spec: CorpusSpec) -> Any:
-        if self.firm is not None and spec.id == self.firm.corpus_id:
-            return self.firm
+    def _is_firm(self, spec: CorpusSpec) -> bool:
+        return self.firm is not None and spec.id == self.firm.corpus_id
+
+    def _problem_opening(self, spec: CorpusSpec) -> CorpusEmbeddingMismatch | CorpusIndexMissing | None:
+        """What opening the corpus's retriever would fail with (checked without opening), or None."""
+        if self._is_firm(spec) or spec.id in self._retrievers:
+            return None
         if spec.embedding_signature != self.embedder.signature:
-            raise CorpusEmbeddingMismatch(
-                f"corpus {spec.id} was indexed with {spec.embedding_signature} but questions are embedded "
-                f"with {self.embedder.signature}; reload it (ki corpus load) or configure that embedder"
+            return CorpusEmbeddingMismatch(
+                f"corpus {spec.id} was indexed with {spec.embedding_signature} but questions are embedded with "
+                f"{self.embedder.signature}: reload it with `ki corpus load {spec.id}` (or configure that embedder), "
+                "or remove it"
             )
+        # Checked before opening: OpenSearch's ensure() would create an empty index under the name.
+        if not corpus_index_exists(self.settings, spec.index_name):
+            return CorpusIndexMissing(
+                f"corpus {spec.id} has no index {spec.index_name}: reload it with `ki corpus load {spec.id}`"
+            )
+        return None
+
+    def _open_retriever(self, spec: CorpusSpec) -> Any:
+        if self._is_firm(spec):
+            return self.firm
+        problem = self._problem_opening(spec)
+        if problem is not None:
+            raise problem
         index = open_index(self.settings, index_name=spec.index_name, read_only=True)
         index.ensure()
         self._indexes.append(index)
@@ -260,8 +292,12 @@ class CorpusRegistry:
         metrics = {s.metric for s in specs}
         problems = []
         if len(signatures) > 1:
-            listed = ", ".join(f"{s.id}={s.embedding_signature}" for s in specs)
-            problems.append(f"embedding signatures differ (query embedder {self.embedder.signature}; {listed})")
+            others = [s for s in specs if s.embedding_signature != self.embedder.signature]
+            listed = ", ".join(f"{s.id}={s.embedding_signature}" for s in others)
+            problems.append(
+                f"embedding signatures differ (query embedder {self.embedder.signature}; {listed}); "
+                "a corpus of another embedder is not asked until it is reloaded"
+            )
         if len(metrics) > 1:
             problems.append("distance metrics differ (" + ", ".join(f"{s.id}={s.metric}" for s in specs) + ")")
         if not problems:
@@ -270,10 +306,18 @@ class CorpusRegistry:
 
     def diagnostics(self) -> dict[str, Any]:
         return {
-            "corpora": [asdict(self._load_specs()[c]) for c in self.available()],
+            "corpora": [self._described(self._load_specs()[c]) for c in self.available()],
             "query_embedder": self.embedder.signature,
             "embedding_warning": self.assert_consistent_embedding(),
         }
+
+    def _described(self, spec: CorpusSpec) -> dict[str, Any]:
+        """The spec, and whether the corpus can answer now (with the reason when not)."""
+        try:
+            why_not = self.cannot_answer(spec.id)
+        except Exception as exc:  # noqa: BLE001 - a listing must show the corpus the check failed on
+            why_not = f"cannot be checked: {type(exc).__name__}: {exc}"
+        return {**asdict(spec), "can_answer_now": why_not is None, "cannot_answer_because": why_not}
 
 
 def weights_from_settings(settings: Settings) -> HybridWeights:

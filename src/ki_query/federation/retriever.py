@@ -6,22 +6,39 @@ the similarity contest against a large one, all supplied from outside: a per-cor
 quota, mandatory fetches (anchors) and reference following (Verweise).
 
 A provider or a corpus that fails never breaks retrieval: the step it feeds is skipped
-with one warning line naming the exception type and message.
+with one warning line naming the exception type and message, and a note in the
+selection explanation. Providers may answer with plain dicts (the spec's address shape):
+their answers are read into the typed form at this boundary, entry by entry.
+
+Amended (spec/amendments.md 5): the firm's own index is never dropped by the corpus
+cap, and a corpus that cannot answer now (another embedder, no index) takes no slot.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Any, Protocol, TypeVar
 
+from pydantic import Field, TypeAdapter, ValidationError, field_validator
+from pydantic.dataclasses import dataclass as typed_dataclass
+
+from ki_query.federation.errors import check_question
 from ki_query.federation.ranking import Hit, fuse, named_corpus_first, quota_cut
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOP_K = 8
+# spec/federation.md, corpus quota: "No limit (None or <= 0): return all hits." All fused hits, but
+# bounded: asked for everything from many corpora at a large top_k, a caller (an answer composer
+# filling an LLM context) would get thousands of chunks of up to 1,200 characters each. 500 holds
+# the largest ordinary request whole: max_corpora_per_query (4) plus the firm's index at the
+# surfaces' largest top_k (100), so the cap bites only past that.
+ALL_HITS_CAP = 500
 ANCHOR_MAX_CHUNKS = 2
 VERWEIS_MAX_CHUNKS = 1
 # Deliberately mid-scale: measured on chain cases, 0.97 cost ten points of chain coverage
@@ -32,9 +49,12 @@ VERWEIS_KINDS = ("verweis",)
 # The keywords a retriever that rejected our call is retried with (spec step 1).
 BASIC_QUERY_KEYWORDS = ("top_k", "where", "fetch_k")
 NO_FINDINGS_REASON = "the broad control retrieval found no robust hits in any corpus"
+NOT_ROUTED = "not routed: the question names other corpora"
+
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@typed_dataclass(frozen=True)
 class Address:
     """A norm by metadata: corpus, container (law or contract), section, subsection."""
 
@@ -42,21 +62,38 @@ class Address:
     section_id: str
     container_id: str | None = None
     subsection: str | None = None
-    max_chunks: int | None = None
+    max_chunks: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("subsection", mode="before")
+    @classmethod
+    def _plain_subsection(cls, value: object) -> object:
+        """'' is no subsection; an Absatz given as a number (2) is the string '2'."""
+        if value == "":
+            return None
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     def describe(self) -> str:
         parts = [self.container_id, self.section_id, f"Abs. {self.subsection}" if self.subsection else None]
         return f"{self.corpus_id}: " + " ".join(p for p in parts if p)
 
 
+# How provider answers are read at the boundary: an Address or a dict of its fields; a corpus id.
+ADDRESS: TypeAdapter[Address] = TypeAdapter(Address)
+CORPUS_ID: TypeAdapter[str] = TypeAdapter(str)
+
 Router = Callable[[str, list[str]], Sequence[str]]
-AnchorProvider = Callable[[str], Sequence[Address]]
-VerweisProvider = Callable[[list[Hit], list[str]], Sequence[Address]]
+AnchorProvider = Callable[[str], Sequence[Address | Mapping[str, Any]]]
+VerweisProvider = Callable[[list[Hit], list[str]], Sequence[Address | Mapping[str, Any]]]
 NamedCorpora = Callable[[str, list[str]], Sequence[str]]
 
 
 class CorpusRegistryLike(Protocol):
-    """What the federation needs of a registry (ki_query.federation.registry.CorpusRegistry is one)."""
+    """What the federation needs of a registry (ki_query.federation.registry.CorpusRegistry is one).
+
+    Two more methods are read when a registry has them: `cannot_answer(corpus_id) -> str | None`
+    (why a corpus cannot answer now; it is then not selected) and `always_selected() -> list[str]`
+    (corpora asked for every question outside the corpus cap: the firm's index).
+    """
 
     def available(self) -> list[str]: ...
 
@@ -71,16 +108,31 @@ class CorpusRegistryLike(Protocol):
 
 @dataclass(frozen=True)
 class Selection:
+    """available: registered and able to answer now; left_out: corpus -> why it is not queried."""
+
     available: list[str]
     routed: list[str]
     required: list[str]
     selected: list[str]
     anchor_targets: list[Address]
+    always_selected: list[str] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["anchor_targets"] = [asdict(a) for a in self.anchor_targets]
-        return data
+        return asdict(self)
+
+
+@dataclass
+class Trace:
+    """One query's selection and the steps it skipped, for explain_selection()."""
+
+    question: str
+    selection: Selection | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        assert self.selection is not None
+        return {**self.selection.as_dict(), "skipped": list(self.skipped)}
 
 
 def provider_name(provider: object | None) -> str | None:
@@ -101,19 +153,40 @@ def accepted_kwargs(function: Callable[..., Any], kwargs: Mapping[str, Any]) -> 
     return {k: v for k, v in kwargs.items() if k in names}
 
 
-def tag_hits(hits: Iterable[Hit] | None, corpus_id: str) -> list[Hit]:
-    """Copies tagged with corpus_id (and metadata.corpus_id where unset)."""
+def listed(answer: object, what: str) -> list[Any]:
+    """A provider's or retriever's answer as a list; TypeError when it is no list at all."""
+    if answer is None:
+        return []
+    if isinstance(answer, (str, bytes, Mapping)) or not isinstance(answer, Iterable):
+        raise TypeError(f"expected a list of {what}, got {type(answer).__name__}")
+    return list(answer)
+
+
+def typed_entries(answer: object, adapter: TypeAdapter[T], what: str) -> tuple[list[T], list[str]]:
+    """The answer's entries in the typed form, and a one-line problem for each entry that is not one."""
+    entries: list[T] = []
+    problems: list[str] = []
+    for position, entry in enumerate(listed(answer, what)):
+        try:
+            entries.append(adapter.validate_python(entry))
+        except ValidationError as exc:
+            reasons = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in exc.errors())
+            problems.append(f"entry {position} ({type(entry).__name__}): {reasons}")
+    return entries, problems
+
+
+def tag_hits(hits: object, corpus_id: str) -> list[Hit]:
+    """Copies tagged with corpus_id (and metadata.corpus_id where unset); TypeError on garbage."""
     tagged = []
-    for hit in hits or ():
-        metadata = dict(hit.get("metadata") or {})
+    for position, hit in enumerate(listed(hits, "hit dicts")):
+        metadata = hit.get("metadata") if isinstance(hit, Mapping) else None
+        if not isinstance(hit, Mapping) or not isinstance(metadata or {}, Mapping):
+            raise TypeError(f"hit {position} is not a hit dict with a metadata mapping: {type(hit).__name__}")
+        metadata = dict(metadata or {})
         metadata.setdefault("corpus_id", corpus_id)
         kinds = list(hit.get("retrieval_kinds") or ())
         tagged.append({**hit, "metadata": metadata, "retrieval_kinds": kinds, "corpus_id": corpus_id})
     return tagged
-
-
-def warn_skipped(step: str, exc: BaseException) -> None:
-    log.warning("federation: %s skipped: %s: %s", step, type(exc).__name__, exc)
 
 
 class FederatedRetriever:
@@ -143,6 +216,8 @@ class FederatedRetriever:
         self.min_ratio = min_ratio
         self.max_verweis_normen = max_verweis_normen
         self.max_final_results = max_final_results
+        # Per thread: one instance may serve concurrent requests.
+        self._traces = threading.local()
         self._warn_if_scores_incomparable()
 
     def _warn_if_scores_incomparable(self) -> None:
@@ -150,71 +225,137 @@ class FederatedRetriever:
         try:
             warning = self.registry.assert_consistent_embedding()
         except Exception as exc:  # noqa: BLE001 - start-up must not fail on a diagnostic
-            warn_skipped("embedding consistency check", exc)
+            self._skip("embedding consistency check", exc)
             return
         if warning:
             log.warning("federation: %s", warning)
 
+    # ------------------------------------------------------------ warnings and the trace
+
+    def _note(self, message: str) -> None:
+        """One warning line, also kept for the explanation of the query under way."""
+        log.warning("federation: %s", message)
+        trace = getattr(self._traces, "current", None)
+        if trace is not None:
+            trace.skipped.append(message)
+
+    def _skip(self, step: str, exc: BaseException) -> None:
+        self._note(f"{step} skipped: {type(exc).__name__}: {exc}")
+
+    @contextmanager
+    def _tracing(self, question: str) -> Iterator[Trace]:
+        trace, outer = Trace(question), getattr(self._traces, "current", None)
+        self._traces.current = trace
+        try:
+            yield trace
+        finally:
+            self._traces.current = outer
+            self._traces.last = trace
+
+    def _provider(self, step: str, call: Callable[[], object], adapter: TypeAdapter[T], what: str) -> list[T]:
+        """A provider's answer in the typed form: a raise or a non-list skips the step, a bad entry itself."""
+        try:
+            entries, problems = typed_entries(call(), adapter, what)
+        except Exception as exc:  # noqa: BLE001 - spec: a provider error skips its step
+            self._skip(step, exc)
+            return []
+        if problems:
+            self._note(f"{step}: {len(problems)} unreadable {what} skipped: {' | '.join(problems)}")
+        return entries
+
     # ------------------------------------------------------------ selection
 
     def explain_selection(self, question: str) -> dict[str, Any]:
-        return self.select(question).as_dict()
+        """After query() of the same question in this thread: that query's selection and skipped steps."""
+        last = getattr(self._traces, "last", None)
+        if last is not None and last.question == question and last.selection is not None:
+            return last.as_dict()
+        with self._tracing(question) as trace:
+            trace.selection = self.select(question)
+        return trace.as_dict()
 
     def select(self, question: str) -> Selection:
-        available = self._available()
+        registered = self._registered()
+        left_out = self._unanswerable(registered)
+        available = [c for c in registered if c not in left_out]
         if not available:
-            return Selection([], [], [], [], [])
+            return Selection([], [], [], [], [], left_out=left_out)
+        always = [c for c in self._always_selected() if c in available]
         routed = self._routed(question, available)
         targets = self._anchor_targets(question)
         required = list(dict.fromkeys(a.corpus_id for a in targets if a.corpus_id in available))
-        cap = max(self.max_corpora_per_query, len(required))
-        selected = (required + [c for c in routed if c not in required])[:cap]
-        return Selection(available, routed, required, selected, targets)
+        capped = [c for c in dict.fromkeys(required + routed) if c not in always]
+        cap = max(self.max_corpora_per_query, len([c for c in required if c not in always]))
+        selected = capped[:cap] + always
+        over_cap = f"over the corpus cap (max_corpora_per_query {self.max_corpora_per_query})"
+        left_out |= {c: over_cap for c in capped[cap:]}
+        left_out |= {c: NOT_ROUTED for c in available if c not in selected and c not in left_out}
+        return Selection(available, routed, required, selected, targets, always, left_out)
 
-    def _available(self) -> list[str]:
+    def _registered(self) -> list[str]:
         try:
             return list(self.registry.available())
         except Exception as exc:  # noqa: BLE001 - no corpus is an empty result, not an error
-            warn_skipped("corpus registry", exc)
+            self._skip("corpus registry", exc)
             return []
+
+    def _unanswerable(self, corpus_ids: list[str]) -> dict[str, str]:
+        """corpus -> why it cannot answer now (another embedder, no index); such a corpus takes no slot."""
+        check = getattr(self.registry, "cannot_answer", None)
+        reasons: dict[str, str] = {}
+        for corpus_id in corpus_ids if check is not None else ():
+            try:
+                reason = check(corpus_id)
+            except Exception as exc:  # noqa: BLE001 - a corpus that cannot be checked cannot answer either
+                self._skip(f"answerability check of {corpus_id}", exc)
+                reason = f"cannot be checked: {type(exc).__name__}: {exc}"
+            if reason:
+                reasons[corpus_id] = str(reason)
+        return reasons
+
+    def _always_selected(self) -> list[str]:
+        always = getattr(self.registry, "always_selected", None)
+        if always is None:
+            return []
+        return self._provider("always-selected corpora", always, CORPUS_ID, "corpus ids")
 
     def _routed(self, question: str, available: list[str]) -> list[str]:
         if self.router is None:
             return list(available)
-        try:
-            answer = list(self.router(question, list(available)))
-        except Exception as exc:  # noqa: BLE001 - spec: a provider error skips its step
-            warn_skipped("router", exc)
-            return list(available)
+        answer = self._provider("router", lambda: self.router(question, list(available)), CORPUS_ID, "corpus ids")
         routed = [c for c in dict.fromkeys(answer) if c in available]
         return routed or list(available)
 
     def _anchor_targets(self, question: str) -> list[Address]:
         if self.anchors is None:
             return []
-        try:
-            return list(self.anchors(question))
-        except Exception as exc:  # noqa: BLE001
-            warn_skipped("anchor provider", exc)
-            return []
+        return self._provider("anchor provider", lambda: self.anchors(question), ADDRESS, "addresses")
 
     # ---------------------------------------------------------------- query
 
     def query(self, question: str, **kwargs: Any) -> list[Hit]:
-        selection = self.select(question)
-        if not selection.selected:
-            return []
-        hits: list[Hit] = []
-        for corpus_id in selection.selected:
-            hits += self._query_corpus(corpus_id, question, kwargs)
-        for address in selection.anchor_targets:
-            if address.corpus_id in selection.selected:
-                hits += self._fetch_anchor(address)
-        fused = fuse(hits)
-        fused = self._follow_references(fused, selection.selected)
-        limit = kwargs.get("max_final_results") or self.max_final_results or kwargs.get("top_k") or DEFAULT_TOP_K
-        cut = quota_cut(fused, limit, min_per_corpus=self.min_hits_per_corpus, min_ratio=self.min_ratio)
-        return self._named_corpus_first(question, cut, selection.selected)
+        check_question(question)
+        with self._tracing(question) as trace:
+            selection = trace.selection = self.select(question)
+            if not selection.selected:
+                return []
+            hits: list[Hit] = []
+            for corpus_id in selection.selected:
+                hits += self._query_corpus(corpus_id, question, kwargs)
+            for address in selection.anchor_targets:
+                if address.corpus_id in selection.selected:
+                    hits += self._fetch_anchor(address)
+            fused = self._follow_references(fuse(hits), selection.selected)
+            cut = quota_cut(
+                fused, self._final_limit(kwargs), min_per_corpus=self.min_hits_per_corpus, min_ratio=self.min_ratio
+            )
+            return self._named_corpus_first(question, cut, selection.selected)
+
+    def _final_limit(self, kwargs: Mapping[str, Any]) -> int:
+        """max_final_results, else top_k; none given (or <= 0): all fused hits, up to ALL_HITS_CAP."""
+        given = (kwargs.get("max_final_results"), self.max_final_results, kwargs.get("top_k"))
+        limit = next((value for value in given if value is not None), None)
+        return ALL_HITS_CAP if limit is None or limit <= 0 else min(limit, ALL_HITS_CAP)
 
     def _query_corpus(self, corpus_id: str, question: str, kwargs: Mapping[str, Any]) -> list[Hit]:
         try:
@@ -222,12 +363,12 @@ class FederatedRetriever:
             call_kwargs = self._kwargs_for(corpus_id, kwargs)
             return tag_hits(self._call_query(retriever, question, call_kwargs), corpus_id)
         except Exception as exc:  # noqa: BLE001 - one failing corpus must not silence the others
-            warn_skipped(f"corpus {corpus_id}", exc)
+            self._skip(f"corpus {corpus_id}", exc)
             return []
 
     def _kwargs_for(self, corpus_id: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """A where filter on container_id reaches only the corpus whose default container it is."""
-        call = {k: v for k, v in kwargs.items() if k != "max_final_results"}
+        call = dict(kwargs)
         call.setdefault("top_k", DEFAULT_TOP_K)
         where = call.get("where")
         if isinstance(where, Mapping) and where.get("container_id") is not None:
@@ -257,10 +398,10 @@ class FederatedRetriever:
         if units is None:
             return []
         if not units:
-            log.warning(
-                "federation: norm anchor matched nothing: corpus %s, container %s, section %s",
-                address.corpus_id, address.container_id, address.section_id,
-            )  # fmt: skip
+            self._note(
+                f"norm anchor matched nothing: corpus {address.corpus_id}, container {address.container_id}, "
+                f"section {address.section_id}"
+            )
         return [{**hit, "retrieval_kinds": _with_kinds(hit, ANCHOR_KINDS)} for hit in units]
 
     def _get_units(self, address: Address, container: str | None, default_max: int, *, step: str) -> list[Hit] | None:
@@ -278,18 +419,17 @@ class FederatedRetriever:
             )
             return tag_hits(units, address.corpus_id)
         except Exception as exc:  # noqa: BLE001
-            warn_skipped(f"{step} {address.describe()}", exc)
+            self._skip(f"{step} {address.describe()}", exc)
             return None
 
     def _follow_references(self, fused: list[Hit], selected: list[str]) -> list[Hit]:
         """Fetch the norms the best hits cite, at a mid score, and fuse again."""
         if self.verweise is None or self.max_verweis_normen <= 0 or not fused:
             return fused
-        try:
-            targets = list(self.verweise(list(fused), list(selected)))
-        except Exception as exc:  # noqa: BLE001
-            warn_skipped("reference following (verweise provider)", exc)
-            return fused
+        targets = self._provider(
+            "reference following (verweise provider)", lambda: self.verweise(list(fused), list(selected)),
+            ADDRESS, "addresses",
+        )  # fmt: skip
         fetched: list[Hit] = []
         for address in list(dict.fromkeys(targets))[: self.max_verweis_normen]:
             if address.corpus_id not in selected:
@@ -306,7 +446,7 @@ class FederatedRetriever:
         try:
             return self._default_container(corpus_id)
         except Exception as exc:  # noqa: BLE001
-            warn_skipped(f"default container of {corpus_id}", exc)
+            self._skip(f"default container of {corpus_id}", exc)
             return None
 
     # ----------------------------------------------------------- named first
@@ -314,28 +454,29 @@ class FederatedRetriever:
     def _named_corpus_first(self, question: str, hits: list[Hit], queried: list[str]) -> list[Hit]:
         if self.named_corpora is None or len(hits) < 2:
             return hits
-        try:
-            named = list(self.named_corpora(question, list(queried)))
-        except Exception as exc:  # noqa: BLE001
-            warn_skipped("named corpus first", exc)
-            return hits
+        named = self._provider(
+            "named corpus first", lambda: self.named_corpora(question, list(queried)), CORPUS_ID, "corpus ids"
+        )
         return named_corpus_first(hits, named, queried)
 
     # ------------------------------------------------ negative verification
 
     def verify_negative_result(self, question: str, **kwargs: Any) -> dict[str, Any]:
         """Is it safe to answer that the corpora say nothing about this?"""
+        check_question(question)
         checked: list[str] = []
         blocking: list[tuple[str, str]] = []
         results: list[Hit] = []
-        for corpus_id in self.select(question).selected:
-            verdict = self._verify_corpus(corpus_id, question, kwargs)
-            if verdict is None:
-                continue
-            checked.append(corpus_id)
-            results += tag_hits(verdict.get("results"), corpus_id)
-            if not verdict.get("safe_to_answer_negative", True):
-                blocking.append((corpus_id, str(verdict.get("reason") or "robust hits found")))
+        with self._tracing(question) as trace:
+            trace.selection = self.select(question)
+            for corpus_id in trace.selection.selected:
+                verdict = self._verify_corpus(corpus_id, question, kwargs)
+                if verdict is None:
+                    continue
+                checked.append(corpus_id)
+                results += verdict["results"]
+                if not verdict.get("safe_to_answer_negative", True):
+                    blocking.append((corpus_id, str(verdict.get("reason") or "robust hits found")))
         reason = " | ".join(f"{c}: {r}" for c, r in blocking) if blocking else NO_FINDINGS_REASON
         return {
             "safe_to_answer_negative": not blocking,
@@ -346,17 +487,21 @@ class FederatedRetriever:
             "corpora_with_findings": [c for c, _ in blocking],
         }
 
-    def _verify_corpus(self, corpus_id: str, question: str, kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def _verify_corpus(self, corpus_id: str, question: str, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The corpus's verdict with its results tagged; None when it has no check or the check failed."""
         try:
             verify = getattr(self.registry.retriever(corpus_id), "verify_negative_result", None)
             if verify is None:
                 return None
             try:
-                return verify(question, **kwargs)
+                verdict = verify(question, **kwargs)
             except TypeError:
-                return verify(question)
+                verdict = verify(question)
+            if not isinstance(verdict, Mapping):
+                raise TypeError(f"expected a verdict mapping, got {type(verdict).__name__}")
+            return {**verdict, "results": tag_hits(verdict.get("results"), corpus_id)}
         except Exception as exc:  # noqa: BLE001
-            warn_skipped(f"negative-result check of {corpus_id}", exc)
+            self._skip(f"negative-result check of {corpus_id}", exc)
             return None
 
     # ---------------------------------------------------------- diagnostics
@@ -365,7 +510,7 @@ class FederatedRetriever:
         try:
             data = dict(self.registry.diagnostics())
         except Exception as exc:  # noqa: BLE001
-            warn_skipped("registry diagnostics", exc)
+            self._skip("registry diagnostics", exc)
             data = {"error": f"{type(exc).__name__}: {exc}"}
         data.update(
             federated=True,
@@ -379,4 +524,3 @@ class FederatedRetriever:
 def _with_kinds(hit: Hit, kinds: Iterable[str]) -> list[str]:
     held = list(hit.get("retrieval_kinds") or ())
     return held + [k for k in kinds if k not in held]
-

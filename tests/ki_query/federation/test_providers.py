@@ -21,6 +21,7 @@ CORPORA = {
 }
 TITLES = {"am-rl": "Arzneimittel-Richtlinie des G-BA", "firm": "Kanzlei-Wissensindex"}
 IDS = list(CORPORA)
+EXAMPLE_ANCHORS = Path(str(files("ki_core.data").joinpath("anchors.example.json")))
 
 
 @pytest.fixture
@@ -71,13 +72,42 @@ def test_mentions_from_a_registry_read_containers_and_titles() -> None:
 
 
 def test_the_example_anchor_file_loads_and_maps_questions_to_addresses() -> None:
-    register = AnchorRegister.from_file(Path(str(files("ki_core.data").joinpath("anchors.example.json"))))
+    register = AnchorRegister.from_file(EXAMPLE_ANCHORS)
     assert register("Welche Kündigungsfrist gilt für Wohnraum?") == [Address("statutes", "§ 573c", "BGB")]
     assert register("Habe ich Anspruch auf Arzneimittel?") == [
         Address("statutes", "§ 31", "SGB V", "1"),
         Address("statutes", "§ 12", "SGB V", "1", max_chunks=1),
     ]
     assert register("Wer zahlt die Reparatur der Heizung?") == []
+
+
+@pytest.mark.parametrize(
+    ("question", "anchored"),
+    [
+        ("Kündigungsfrist Mietvertrag", True),
+        ("Mit welcher Frist kann der Vermieter kündigen?", True),
+        ("Wohnraummiete kündigen", True),
+        ("Welche Kündigungsfrist gilt nach dem Kündigungsschutzgesetz?", False),
+        ("Kann der Arbeitgeber wegen Weitergabe vertraulicher Daten fristlos kündigen?", False),
+        ("Kündigungsfrist für Arbeitnehmer nach KSchG", False),
+    ],
+)
+def test_the_example_lease_anchor_needs_a_lease_in_the_question_not_just_a_notice_period(question, anchored) -> None:
+    residential_lease = Address("statutes", "§ 573c", "BGB")
+    assert (residential_lease in AnchorRegister.from_file(EXAMPLE_ANCHORS)(question)) is anchored
+
+
+def test_an_anchor_file_address_is_read_like_a_providers_dict(tmp_path) -> None:
+    path = tmp_path / "anchors.json"
+    path.write_text(json.dumps({"anchors": [{"pattern": "miete", "addresses": [
+        {"corpus_id": "statutes", "container_id": "BGB", "section_id": "§ 573c", "subsection": 2, "max_chunks": 1},
+        {"corpus_id": "statutes", "section_id": "§ 1", "subsection": ""}]}]}))
+    assert AnchorRegister.from_file(path)("Miete") == [
+        Address("statutes", "§ 573c", "BGB", "2", max_chunks=1), Address("statutes", "§ 1")]
+    path.write_text(json.dumps({"anchors": [{"pattern": "x", "addresses": [{"corpus_id": "s", "section_id": "§ 1",
+                                                                           "max_chunks": 0}]}]}))
+    with pytest.raises(ProviderConfigError, match=r"anchors\[0\]: addresses entry 0 .*max_chunks"):
+        AnchorRegister.from_file(path)
 
 
 def test_anchor_addresses_matched_by_two_patterns_appear_once(tmp_path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,11 +23,18 @@ from ki_core.models.corpora import Corpus, CorpusKind, CorpusUnit
 from ki_core.search import open_index
 from ki_core.search.types import LegHits, MultiSearchResult, SearchFilters
 from ki_query.federation.registry import CorpusRegistry, FirmIndexCorpus
-from ki_query.federation.errors import CorpusEmbeddingMismatch, CorpusLoadError, UnknownCorpus
-from ki_query.federation.corpus_loader import load_corpus, split_text
+from ki_query.federation.corpus_loader import (
+    corpus_index_exists,
+    drop_corpus_index,
+    load_corpus,
+    remove_corpus,
+    split_text,
+)
+from ki_query.federation.errors import CorpusEmbeddingMismatch, CorpusIndexMissing, CorpusLoadError, UnknownCorpus
 from ki_query.federation.corpus_retriever import CorpusRetriever, HybridWeights
 from ki_query.federation.corpus_units import UnitStore
 from ki_query.federation.retriever import FederatedRetriever
+from tests.ki_core.search.backends import CONTRACT_BACKENDS, OPENSEARCH_URL
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "statutes-excerpt.jsonl"
 EMBEDDER = HashingEmbedder(dimensions=384)
@@ -341,9 +349,77 @@ def test_a_corpus_of_another_embedder_gives_a_warning_not_an_error(settings, ses
     assert "not comparable" in warning and "sozialrecht=hashing:other-model:384" in warning
     with pytest.raises(CorpusEmbeddingMismatch, match="sozialrecht was indexed with hashing:other-model:384"):
         registry.retriever("sozialrecht")
-    federation = FederatedRetriever(registry)
+    federation = FederatedRetriever(registry, max_corpora_per_query=1)
     assert {h["corpus_id"] for h in federation.query("Würde des Menschen")} == {"statutes"}
+    explained = federation.explain_selection("Würde des Menschen")
+    assert explained["selected"] == ["statutes"]  # the cap of one is not taken by the corpus that cannot answer
+    assert explained["left_out"]["sozialrecht"].startswith(
+        "corpus sozialrecht was indexed with hashing:other-model:384 but questions are embedded with hashing:hashing:384"
+    )
+    assert registry.cannot_answer("statutes") is None
     registry.close()
+
+
+def test_a_corpus_without_its_index_cannot_answer_and_says_so(settings, sessions, loaded) -> None:
+    shutil.rmtree(settings.embedded_index_path / loaded.index_name)
+    registry = CorpusRegistry(settings, sessions, EMBEDDER)
+    assert registry.cannot_answer("statutes") == (
+        "corpus statutes has no index corpus-statutes-hashing-hashing-384: reload it with `ki corpus load statutes`"
+    )
+    with pytest.raises(CorpusIndexMissing, match="corpus statutes has no index"):
+        registry.retriever("statutes")
+    [listed] = registry.diagnostics()["corpora"]
+    assert listed["can_answer_now"] is False and "has no index" in listed["cannot_answer_because"]
+    assert FederatedRetriever(registry).query("Würde des Menschen") == []
+
+
+def test_a_reload_under_another_embedder_replaces_the_index_and_deletes_the_previous_one(settings, sessions, loaded) -> None:
+    other = HashingEmbedder(dimensions=384, model="other-model")
+    report = load_corpus(settings, sessions, other, "statutes", [FIXTURE])
+    assert report.index_name == "corpus-statutes-hashing-other-model-384"
+    assert not corpus_index_exists(settings, loaded.index_name) and corpus_index_exists(settings, report.index_name)
+    registry = CorpusRegistry(settings, sessions, other)
+    assert registry.cannot_answer("statutes") is None
+    registry.close()
+
+
+@pytest.mark.parametrize("backend", CONTRACT_BACKENDS)
+def test_a_corpus_index_is_checked_never_created_by_a_reader_and_removed_on_either_backend(
+    backend, sqlite_url, sessions, tmp_path
+) -> None:
+    search = {"backend": backend, "opensearch": {"hosts": [OPENSEARCH_URL or "http://127.0.0.1:9200"],
+                                                 "number_of_replicas": 0}}
+    settings = load_settings(state_dir=str(tmp_path / "state"), database={"url": sqlite_url}, search=search,
+                             embedding={"provider": "hashing", "model": "hashing"})
+    corpus_id = f"lifecycle-{uuid.uuid4().hex[:10]}"  # OpenSearch index names are global on the node
+    report = load_corpus(settings, sessions, EMBEDDER, corpus_id, [FIXTURE])
+    try:
+        registry = CorpusRegistry(settings, sessions, EMBEDDER)
+        assert registry.cannot_answer(corpus_id) is None
+        assert registry.retriever(corpus_id).query("Würde des Menschen", top_k=1)
+        registry.close()
+        assert drop_corpus_index(settings, report.index_name) is True
+        registry = CorpusRegistry(settings, sessions, EMBEDDER)
+        assert "has no index" in registry.cannot_answer(corpus_id)
+        with pytest.raises(CorpusIndexMissing):
+            registry.retriever(corpus_id)
+        assert not corpus_index_exists(settings, report.index_name)  # the reader created no empty index
+    finally:
+        drop_corpus_index(settings, report.index_name)
+    removed = remove_corpus(settings, sessions, corpus_id)
+    assert (removed.units, removed.index_removed) == (report.units, False)
+    assert CorpusRegistry(settings, sessions, EMBEDDER).available() == []
+
+
+def test_removing_a_corpus_deletes_its_index_units_and_registration(settings, sessions, loaded) -> None:
+    report = remove_corpus(settings, sessions, "statutes")
+    assert (report.units, report.index_removed) == (loaded.units, True)
+    assert units_of(sessions, corpus_id="statutes") == []
+    assert not (settings.embedded_index_path / loaded.index_name).exists()
+    registry = CorpusRegistry(settings, sessions, EMBEDDER)
+    assert registry.available() == []
+    with pytest.raises(UnknownCorpus):
+        remove_corpus(settings, sessions, "statutes")
 
 
 # ------------------------------------------------------------------ the firm's index as a corpus
@@ -389,6 +465,8 @@ def test_the_firm_index_joins_the_federation_through_the_principals_keyword(sett
     registry = CorpusRegistry(settings, sessions, EMBEDDER, firm=firm)
     assert registry.available() == ["statutes", "firm"]
     assert registry.spec("firm").public is False
+    assert registry.always_selected() == ["firm"] and registry.cannot_answer("firm") is None
+    assert registry.assert_consistent_embedding() is None  # the firm's index is embedded like the corpora
     federation = FederatedRetriever(registry)
     question = "Kündigung des Mietverhältnisses über Wohnraum"
     assert {h["corpus_id"] for h in federation.query(question, top_k=8)} == {"statutes"}

@@ -9,8 +9,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ki_query.federation.retriever import Address, FederatedRetriever
+from ki_query.federation.errors import EmptyQuestion
+from ki_query.federation.retriever import ALL_HITS_CAP, Address, FederatedRetriever
 from tests.ki_query.memory_corpora import (
     BasicKeywordsRetriever,
     BrokenRetriever,
@@ -103,12 +106,13 @@ def test_the_cap_limits_routed_corpora_but_never_drops_a_required_one() -> None:
     assert required.explain_selection(MIETE)["selected"] == ["gg", "bgb"]
 
 
-def test_explain_selection_names_available_routed_required_selected_and_anchor_targets() -> None:
+def test_explain_selection_names_available_routed_required_selected_anchor_targets_and_what_was_left_out() -> None:
     federation = FederatedRetriever(
         registry(bgb=MemoryRetriever(BGB)), anchors=lambda q: [Address("bgb", "§ 573c", "BGB", max_chunks=1)]
     )
     explained = federation.explain_selection(MIETE)
-    assert set(explained) == {"available", "routed", "required", "selected", "anchor_targets"}
+    assert set(explained) == {"available", "routed", "required", "selected", "anchor_targets", "always_selected",
+                              "left_out", "skipped"}
     assert explained["anchor_targets"][0]["section_id"] == "§ 573c"
 
 
@@ -516,3 +520,247 @@ def test_a_registry_that_cannot_list_corpora_gives_an_empty_result_not_an_error(
     with caplog.at_level(logging.WARNING):
         assert FederatedRetriever(DownRegistry({})).query(MIETE) == []
     assert any("OSError" in m for m in warnings_of(caplog))
+
+
+# ------------------------------------------------------------------ the firm's index and corpora that cannot answer
+
+
+class StatefulRegistry(MemoryRegistry):
+    """A registry that, like CorpusRegistry, names an always-asked corpus and corpora that cannot answer."""
+
+    def __init__(self, retrievers, *, always=(), cannot=None, **kwargs):
+        super().__init__(retrievers, **kwargs)
+        self.always = list(always)
+        self.cannot = dict(cannot or {})
+
+    def always_selected(self):
+        return [c for c in self.always if c in self.available()]
+
+    def cannot_answer(self, corpus_id):
+        reason = self.cannot.get(corpus_id)
+        if isinstance(reason, Exception):
+            raise reason
+        return reason
+
+
+def five_statute_corpora() -> dict:
+    return {f"statutes-{n}": MemoryRetriever(BGB) for n in range(1, 6)}
+
+
+FIRM_MEMO = "Gutachten: fristlose Kündigung des Arbeitnehmers wegen Weitergabe vertraulicher Daten an Dritte"
+
+
+def test_the_firm_index_is_selected_beside_five_corpora_and_never_counts_against_the_cap() -> None:
+    firm = FixedHitsRetriever([hit("firm", FIRM_MEMO, 0.7, text_hash="memo")])
+    federation = FederatedRetriever(StatefulRegistry({**five_statute_corpora(), "firm": firm}, always=["firm"]))
+    question = "Kann der Arbeitgeber wegen Weitergabe vertraulicher Daten fristlos kündigen?"
+    explained = federation.explain_selection(question)
+    assert explained["selected"] == ["statutes-1", "statutes-2", "statutes-3", "statutes-4", "firm"]
+    assert explained["always_selected"] == ["firm"]
+    assert explained["left_out"] == {"statutes-5": "over the corpus cap (max_corpora_per_query 4)"}
+    assert [h["text"] for h in federation.query(question, top_k=3)][0] == FIRM_MEMO
+
+
+def test_the_firm_index_stays_outside_the_cap_when_a_router_or_anchors_pick_others() -> None:
+    firm = FixedHitsRetriever([hit("firm", FIRM_MEMO, 0.7, text_hash="memo")])
+    corpora = {**five_statute_corpora(), "firm": firm}
+    federation = FederatedRetriever(
+        StatefulRegistry(corpora, always=["firm"]),
+        router=lambda q, ids: ["statutes-5"],
+        anchors=lambda q: [Address("statutes-1", "§ 573c", "BGB"), Address("statutes-2", "§ 573c", "BGB")],
+        max_corpora_per_query=1,
+    )
+    explained = federation.explain_selection(MIETE)
+    assert explained["selected"] == ["statutes-1", "statutes-2", "firm"]
+    assert explained["left_out"]["statutes-5"].startswith("over the corpus cap")
+    assert explained["left_out"]["statutes-3"] == "not routed: the question names other corpora"
+
+
+def test_a_caller_naming_other_corpora_only_does_not_get_the_firm_index() -> None:
+    class Restricted(StatefulRegistry):
+        def available(self):
+            return ["statutes-1"]
+
+    corpora = {**five_statute_corpora(), "firm": NoLookupRetriever(BGB)}
+    federation = FederatedRetriever(Restricted(corpora, always=["firm"]))
+    assert federation.explain_selection(MIETE)["selected"] == ["statutes-1"]
+
+
+def test_a_corpus_that_cannot_answer_is_not_selected_takes_no_slot_and_the_explanation_says_why() -> None:
+    never, asked = MemoryRetriever(BGB), MemoryRetriever(BGB)
+    federation = FederatedRetriever(
+        StatefulRegistry({"alt": never, "bgb": asked}, cannot={"alt": "indexed with use:512, questions with e5:384"}),
+        max_corpora_per_query=1,
+    )
+    explained = federation.explain_selection(MIETE)
+    assert explained["available"] == ["bgb"] and explained["selected"] == ["bgb"]
+    assert explained["left_out"] == {"alt": "indexed with use:512, questions with e5:384"}
+    assert federation.query(MIETE) and never.calls == [] and asked.calls
+
+
+def test_a_corpus_whose_check_raises_is_left_out_with_a_warning(caplog) -> None:
+    federation = FederatedRetriever(
+        StatefulRegistry({"down": MemoryRetriever(BGB), "bgb": MemoryRetriever(BGB)},
+                         cannot={"down": ConnectionError("node gone")})
+    )
+    with caplog.at_level(logging.WARNING):
+        hits = federation.query(MIETE)
+    assert {h["corpus_id"] for h in hits} == {"bgb"}
+    assert "ConnectionError" in federation.explain_selection(MIETE)["left_out"]["down"]
+    assert any("answerability check of down" in m and "node gone" in m for m in warnings_of(caplog))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    corpora=st.integers(1, 7),
+    cap=st.integers(1, 5),
+    unanswerable=st.sets(st.integers(0, 6)),
+    anchored=st.lists(st.integers(0, 6), max_size=4),
+    routed=st.lists(st.integers(0, 6), max_size=4),
+    with_firm=st.booleans(),
+)
+def test_selection_rules_hold_for_every_registry(corpora, cap, unanswerable, anchored, routed, with_firm) -> None:
+    ids = [f"c{i}" for i in range(corpora)] + (["firm"] if with_firm else [])
+    cannot = {f"c{i}": "no index" for i in unanswerable if i < corpora}
+    required = [f"c{i}" for i in dict.fromkeys(anchored) if i < corpora and f"c{i}" not in cannot]
+    federation = FederatedRetriever(
+        StatefulRegistry({c: FixedHitsRetriever([]) for c in ids}, always=["firm"], cannot=cannot),
+        router=lambda q, available: [f"c{i}" for i in routed],
+        anchors=lambda q: [Address(f"c{i}", "§ 1") for i in anchored],
+        max_corpora_per_query=cap,
+    )
+    explained = federation.explain_selection("Frage")
+    selected, left_out = explained["selected"], explained["left_out"]
+    assert not set(selected) & set(cannot)
+    assert with_firm == ("firm" in selected)
+    assert set(required) <= set(selected)
+    assert len([c for c in selected if c != "firm"]) <= max(cap, len(required))
+    assert set(selected) | set(left_out) == set(ids) and not set(selected) & set(left_out)
+
+
+# ------------------------------------------------------------------ providers answering with dicts or garbage
+
+
+def test_anchor_and_verweis_providers_may_answer_with_plain_dicts() -> None:
+    federation = FederatedRetriever(
+        registry(sgb=MemoryRetriever(SGB_V)),
+        anchors=lambda q: [{"corpus_id": "sgb", "container_id": "SGB V", "section_id": "§ 12", "subsection": 1}],
+        verweise=lambda hits, ids: [{"corpus_id": "sgb", "container_id": "SGB V", "section_id": "§ 27"}],
+    )
+    hits = federation.query("Wirtschaftlichkeitsgebot", top_k=10)
+    anchored = [h for h in hits if "norm_anchor" in h["retrieval_kinds"]]
+    assert [(h["metadata"]["section_id"], h["metadata"]["subsection"]) for h in anchored] == [("§ 12", "1")]
+    assert [h["metadata"]["section_id"] for h in hits if h["retrieval_kinds"] == ["verweis"]] == ["§ 27"]
+    assert federation.explain_selection("Wirtschaftlichkeitsgebot")["anchor_targets"] == [
+        {"corpus_id": "sgb", "section_id": "§ 12", "container_id": "SGB V", "subsection": "1", "max_chunks": None}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("provider", "answer"),
+    [
+        ("router", [{"corpus": "bgb"}]),
+        ("router", 42),
+        ("anchors", "§ 573c BGB"),
+        ("anchors", [{"section_id": "§ 573c"}, 7]),
+        ("verweise", {"corpus_id": "bgb", "section_id": "§ 573c"}),
+        ("verweise", [None]),
+        ("named_corpora", [["bgb"]]),
+    ],
+    ids=["router dicts", "router int", "anchors str", "anchors bad entries", "verweise one dict", "verweise None entry",
+         "named nested list"],
+)
+def test_a_provider_answering_garbage_is_skipped_with_a_warning_and_a_note(provider, answer, caplog) -> None:
+    federation = FederatedRetriever(registry(bgb=MemoryRetriever(BGB), gg=MemoryRetriever(GG)),
+                                    **{provider: lambda *args: answer})
+    with caplog.at_level(logging.WARNING):
+        hits = federation.query(MIETE)
+    assert hits[0]["metadata"]["section_id"] == "§ 573c"
+    assert warnings_of(caplog)
+    noted = federation.explain_selection(MIETE)["skipped"]
+    assert noted == [m.removeprefix("federation: ") for m in warnings_of(caplog)]
+
+
+def test_good_entries_of_a_provider_answer_are_kept_and_the_bad_ones_named(caplog) -> None:
+    federation = FederatedRetriever(
+        registry(sgb=MemoryRetriever(SGB_V)),
+        anchors=lambda q: [{"corpus_id": "sgb", "container_id": "SGB V", "section_id": "§ 12"}, {"corpus_id": "sgb"}],
+    )
+    with caplog.at_level(logging.WARNING):
+        hits = federation.query("Wirtschaftlichkeitsgebot", top_k=10)
+    assert {h["metadata"]["section_id"] for h in hits if "norm_anchor" in h["retrieval_kinds"]} == {"§ 12"}
+    [warning] = warnings_of(caplog)
+    assert "anchor provider: 1 unreadable addresses skipped" in warning and "section_id" in warning
+
+
+@pytest.mark.parametrize("provider", ["router", "anchors", "verweise", "named_corpora"])
+def test_a_raising_provider_is_noted_in_the_explanation_of_the_query(provider) -> None:
+    def broken(*args):
+        raise RuntimeError(f"{provider} is down")
+
+    federation = FederatedRetriever(registry(bgb=MemoryRetriever(BGB), gg=MemoryRetriever(GG)), **{provider: broken})
+    assert federation.query(MIETE)[0]["metadata"]["section_id"] == "§ 573c"
+    [note] = federation.explain_selection(MIETE)["skipped"]
+    assert "skipped: RuntimeError" in note and f"{provider} is down" in note
+
+
+def test_a_reference_lookup_that_raises_leaves_the_answer_intact_with_a_warning(caplog) -> None:
+    class LookupDown(MemoryRetriever):
+        def get_units(self, *args, **kwargs):
+            raise TimeoutError("unit store timed out")
+
+    federation = FederatedRetriever(
+        registry(bgb=LookupDown(BGB)), verweise=cited_by_first_hit([Address("bgb", "§ 573c", "BGB", "2")])
+    )
+    with caplog.at_level(logging.WARNING):
+        hits = federation.query(MIETE)
+    assert hits[0]["metadata"]["section_id"] == "§ 573c" and not any("verweis" in h["retrieval_kinds"] for h in hits)
+    assert any("reference bgb: BGB § 573c Abs. 2 skipped: TimeoutError: unit store timed out" in m
+               for m in warnings_of(caplog))
+    assert federation.explain_selection(MIETE)["skipped"]
+
+
+@pytest.mark.parametrize("garbage", ["not a list", [{"text": "ok", "metadata": "flat"}], [None]],
+                         ids=["a string", "metadata not a mapping", "a None hit"])
+def test_a_corpus_answering_garbage_is_skipped_and_the_others_answer(garbage, caplog) -> None:
+    class Garbage:
+        def query(self, question, top_k=8):
+            return garbage
+
+    federation = FederatedRetriever(registry(odd=Garbage(), bgb=MemoryRetriever(BGB)))
+    with caplog.at_level(logging.WARNING):
+        hits = federation.query(MIETE)
+    assert {h["corpus_id"] for h in hits} == {"bgb"}
+    assert any("corpus odd skipped: TypeError" in m for m in warnings_of(caplog))
+
+
+# ------------------------------------------------------------------ limits
+
+
+def test_max_final_results_reaches_retrievers_that_take_it_and_sets_the_limit() -> None:
+    takes_all = KwargsRetriever(BGB + SGB_V)
+    federation = FederatedRetriever(registry(all=takes_all))
+    hits = federation.query("Kündigung Krankenkasse Leistungen Versicherten", top_k=20, max_final_results=3)
+    assert takes_all.calls == [{"top_k": 20, "max_final_results": 3}]
+    assert len(hits) == 3
+
+
+def test_without_a_limit_every_fused_hit_is_returned_up_to_the_documented_cap() -> None:
+    many = [hit("big", f"Treffer {i}", 0.9 - i / 10_000, text_hash=f"h{i}") for i in range(ALL_HITS_CAP + 40)]
+    federation = FederatedRetriever(registry(big=FixedHitsRetriever(many[:30]), more=FixedHitsRetriever(many[30:])))
+    assert len(FederatedRetriever(registry(big=FixedHitsRetriever(many[:30]))).query("Treffer")) == 30
+    assert len(federation.query("Treffer")) == ALL_HITS_CAP
+    assert len(federation.query("Treffer", top_k=5, max_final_results=0)) == ALL_HITS_CAP
+    assert len(federation.query("Treffer", top_k=5)) == 5
+
+
+# ------------------------------------------------------------------ the question itself
+
+
+@pytest.mark.parametrize("question", ["", "?", "  ?! … §", "\n"])
+def test_a_question_without_words_is_a_usage_error(question) -> None:
+    federation = FederatedRetriever(registry(bgb=MemoryRetriever(BGB)))
+    with pytest.raises(EmptyQuestion, match="no words to search for"):
+        federation.query(question)
+    with pytest.raises(EmptyQuestion):
+        federation.verify_negative_result(question)
