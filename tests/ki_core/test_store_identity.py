@@ -24,19 +24,26 @@ FOLDER = Path(__file__).parents[1] / "fixtures" / "folder"
 runner = CliRunner(env={"COLUMNS": "250"})
 
 
-def ki(monkeypatch: pytest.MonkeyPatch, database: Path, *args: str):
-    """A `ki` command on DATABASE; the state directory (so the embedded index path) stays the same."""
+def forget_the_service() -> None:
+    """Each `ki` run is a process of its own: no query service (and its connections) carried over."""
     from ki.commands import query
 
+    if query._service.cache_info().currsize:
+        query._service().close()
+    query._service.cache_clear()
+
+
+def ki(monkeypatch: pytest.MonkeyPatch, database: Path, *args: str):
+    """A `ki` command on DATABASE; the state directory (so the embedded index path) stays the same."""
     monkeypatch.setenv("KI_DATABASE__URL", f"sqlite:///{database}")
     get_settings.cache_clear()
     reset_worker_context()
-    query._service.cache_clear()  # each `ki` run is a process of its own: no service carried over
+    forget_the_service()
     try:
         return runner.invoke(app, list(args))
     finally:
         reset_worker_context()
-        query._service.cache_clear()
+        forget_the_service()
 
 
 @pytest.fixture
@@ -121,12 +128,10 @@ def test_a_store_moves_to_postgresql_keeps_its_index_and_refuses_a_used_target(
 
     monkeypatch.setenv("KI_DATABASE__URL", empty_pg_url)
     get_settings.cache_clear()
-    from ki.commands import query
-
-    query._service.cache_clear()
+    forget_the_service()
     on_postgres = runner.invoke(app, ["search", "Mietvertrag", "--as", "anna"])
+    forget_the_service()
     assert on_postgres.exit_code == 0 and on_postgres.output == before, "the same store: same index, same hits"
-    query._service.cache_clear()
 
     again = ki(monkeypatch, first_store, "store", "migrate", "--to", empty_pg_url)
     assert again.exit_code == 1 and "the target database is not empty" in again.output

@@ -40,6 +40,7 @@ from ki_query.retrieval import RetrievalService
 from ki_query.scope import AccessService
 from ki_query.text_match import query_terms, words
 from ki_query.types import DocumentNotFound, SearchRequest
+from ki_workers.stages.chunking import FIRST_CLAUSE_ORDINAL
 from tests.ki_core.search.backends import CONTRACT_BACKENDS, make_backend
 from tests.ki_query.sql_world import SqlWorld
 
@@ -285,7 +286,7 @@ def _new_chunk(world: SqlWorld, version: str, kind: str, ordinal: int, text: str
     row = world.versions[version]
     world.session.add(Chunk(
         id=next_chunk_id[0], version_id=row.id, document_id=row.document_id, kind=ChunkKind(kind),
-        ordinal=ordinal + (1000 if kind == "clause" else 0), text=text, text_hash=str(next_chunk_id[0]),
+        ordinal=ordinal + (FIRST_CLAUSE_ORDINAL if kind == "clause" else 0), text=text, text_hash=str(next_chunk_id[0]),
     ))
     world.session.flush()
     return next_chunk_id[0]

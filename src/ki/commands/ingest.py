@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ki.commands import progress_report
-from ki.commands.writer import take_the_writer
+from ki.commands.writer import no_other_writer, take_the_writer
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def reindex(
     prepare_store(settings)
     console = Console()
     if settings.search.backend == "embedded":
-        take_the_writer(worker_context(), 0.0, Console(stderr=True))  # a running ki serve writes it: refuse now
+        no_other_writer(settings, Console(stderr=True))  # a running ki serve writes it: refuse now
     with progress_report(Console(stderr=True), "reindex", "versions") as progress:
         report = rebuild_index(worker_context(), on_progress=progress.update, replace_foreign=replace_index)
     console.print(

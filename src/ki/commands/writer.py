@@ -12,7 +12,11 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Console
+
+    from ki_core.config import Settings
 
     from ki_workers.context import WorkerContext
 
@@ -26,13 +30,26 @@ class WriterBusy(RuntimeError):
 
 def take_the_writer(ctx: WorkerContext, wait_seconds: float, console: Console) -> None:
     """Open ctx's index for writing now; wait up to WAIT_SECONDS for another writer, saying so once."""
+    _until_free(ctx.index, wait_seconds, console)
+
+
+def no_other_writer(settings: Settings, console: Console) -> None:
+    """Refuse now when another process writes the embedded index (`ki reindex`, which builds a new index
+    beside the live one and must not swap it under a running server). Only the lock is tried: the live
+    index may belong to another store, which the rebuild itself decides about."""
+    from ki_core.search.index import open_index
+
+    _until_free(lambda: open_index(settings).close(), 0.0, console)
+
+
+def _until_free(open_writer: Callable[[], object], wait_seconds: float, console: Console) -> None:
     from ki_core.search.embedded import IndexLockedError
 
     deadline = time.monotonic() + wait_seconds
     told = False
     while True:
         try:
-            ctx.index()
+            open_writer()
             return
         except IndexLockedError as exc:
             if time.monotonic() >= deadline:
