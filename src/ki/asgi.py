@@ -1,8 +1,8 @@
 """ASGI entry points; only `ki` imports the web apps, so worker processes never load FastAPI.
 
     uvicorn --factory ki.asgi:create_ingress      # DMS webhooks, /healthz, /readyz, /metrics
-    uvicorn --factory ki.asgi:create_api          # the query API under /v1, MCP (Streamable HTTP) at /mcp
-    uvicorn --factory ki.asgi:create_all_in_one   # both in one process (`ki serve`, embedded default)
+    uvicorn --factory ki.asgi:create_api          # the query API under /v1, MCP (Streamable HTTP) at /mcp, the web page at /
+    uvicorn --factory ki.asgi:create_all_in_one   # both in one process (`ki serve`, embedded default), the web page at /
 
 Each reads config.json and KI_* once; a bad key stops start-up with a message naming it.
 """
@@ -30,7 +30,8 @@ def create_api() -> FastAPI:
     settings = load_settings()
     service = _retrieval_service(settings)
     federated = _federated_search(service)
-    return with_mcp(create_query_app(settings, service, federated=federated), settings, service, federated)
+    app = with_mcp(create_query_app(settings, service, federated=federated), settings, service, federated)
+    return with_web(app, settings, service, federated)
 
 
 def create_all_in_one() -> FastAPI:
@@ -43,7 +44,7 @@ def create_all_in_one() -> FastAPI:
     federated = _federated_search(service)
     app = create_ingress_app(settings)
     app.mount("/v1", create_query_app(settings, service, prefix="", federated=federated))
-    return with_mcp(app, settings, service, federated)
+    return with_web(with_mcp(app, settings, service, federated), settings, service, federated, _redrive_event(settings))
 
 
 def with_mcp(app: FastAPI, settings: Settings, service: Callable, federated: Callable | None = None) -> FastAPI:
@@ -65,6 +66,37 @@ def with_mcp(app: FastAPI, settings: Settings, service: Callable, federated: Cal
 
     app.router.lifespan_context = lifespan
     return app
+
+
+def with_web(app: FastAPI, settings: Settings, service: Callable, federated: Callable, redrive: Callable | None = None) -> FastAPI:
+    """The web page at / of `app`, mounted last so that /v1, /mcp and the app's own routes stay in front.
+
+    Without `redrive` (the api process, which loads no worker code) the operations page names the command.
+    """
+    from ki_query.web import create_web_app
+
+    app.mount("/", create_web_app(settings, service, federated, redrive=redrive))
+    return app
+
+
+def _redrive_event(settings: Settings) -> Callable[[str], str]:
+    """The operations page's redrive button: `ki events redrive` (reopen, dispatch), in this process."""
+
+    def redrive(row_id: str) -> str:
+        from ki_core.models import IngestEvent
+        from ki_workers.context import worker_context
+        from ki_workers.event_inbox import dispatch_events, reopen_event
+
+        ctx = worker_context()
+        with ctx.sessions() as session, session.begin():
+            row = reopen_event(session, row_id)
+            row_id, event_type = row.id, row.event_type
+        dispatch_events(settings, ctx.sessions, {row_id: event_type})
+        with ctx.sessions() as session:
+            row = session.get(IngestEvent, row_id)
+            return f"{row.event_id} ({row.event_type}): {row.status.value}" + (f" - {row.error}" if row.error else "")
+
+    return redrive
 
 
 def _retrieval_service(settings: Settings) -> Callable:
