@@ -83,18 +83,10 @@ def _redrive_event(settings: Settings) -> Callable[[str], str]:
     """The operations page's redrive button: `ki events redrive` (reopen, dispatch), in this process."""
 
     def redrive(row_id: str) -> str:
-        from ki_core.models import IngestEvent
         from ki_workers.context import worker_context
-        from ki_workers.event_inbox import dispatch_events, reopen_event
+        from ki_workers.event_inbox import redrive_event
 
-        ctx = worker_context()
-        with ctx.sessions() as session, session.begin():
-            row = reopen_event(session, row_id)
-            row_id, event_type = row.id, row.event_type
-        dispatch_events(settings, ctx.sessions, {row_id: event_type})
-        with ctx.sessions() as session:
-            row = session.get(IngestEvent, row_id)
-            return f"{row.event_id} ({row.event_type}): {row.status.value}" + (f" - {row.error}" if row.error else "")
+        return redrive_event(settings, worker_context().sessions, row_id)
 
     return redrive
 

@@ -521,3 +521,15 @@ def reopen_event(session: Session, reference: str) -> IngestEvent:
         raise UnknownEvent(f"no event with row id or event id {reference!r}")
     row.status, row.attempts, row.finished_at, row.updated_at = EventStatus.RECEIVED, 0, None, utcnow()
     return row
+
+
+def redrive_event(settings: Settings, sessions: sessionmaker[Session], reference: str) -> str:
+    """Reopen one event and dispatch it again (`ki events redrive`, the operations page's button);
+    returns its state afterwards in one line."""
+    with sessions() as session, session.begin():
+        row = reopen_event(session, reference)
+        row_id, event_type = row.id, row.event_type
+    dispatch_events(settings, sessions, {row_id: event_type})
+    with sessions() as session:
+        row = session.get(IngestEvent, row_id)
+        return f"{row.event_id} ({row.event_type}): {row.status.value}" + (f" - {row.error}" if row.error else "")

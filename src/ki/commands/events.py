@@ -154,19 +154,10 @@ def summary() -> None:
 def redrive(reference: str = typer.Argument(..., help="Row id (from `ki events list`) or event id.")) -> None:
     """Send a failed, parked or stuck event through processing again (attempts start over)."""
     from ki_core.config import load_settings
-    from ki_core.models import IngestEvent
     from ki_workers.context import worker_context
-    from ki_workers.event_inbox import dispatch_events, reopen_event
+    from ki_workers.event_inbox import redrive_event
 
-    settings = load_settings()
-    ctx = worker_context()
-    with ctx.sessions() as session, session.begin():
-        row = reopen_event(session, reference)
-        row_id, event_type = row.id, row.event_type
-    dispatch_events(settings, ctx.sessions, {row_id: event_type})
-    with ctx.sessions() as session:
-        row = session.get(IngestEvent, row_id)
-        console.print(f"event {row.event_id} ({row.event_type}): {row.status.value}" + (f" - {row.error}" if row.error else ""))
+    console.print("event " + redrive_event(load_settings(), worker_context().sessions, reference))
 
 
 @events_app.command("prune")
