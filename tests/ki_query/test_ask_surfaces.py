@@ -26,7 +26,7 @@ from ki_core.db import make_engine, session_factory
 from ki_core.embedding import embedder_from_settings
 from ki_core.grants import GrantEffect, GrantTarget, grant
 from ki_query.federation.corpus_loader import load_corpus
-from ki_query.federation.search import FederatedSearchOnFirstUse
+from ki_query.federation.search import FederatedAnswer, FederatedSearchOnFirstUse
 from ki_query.http import create_query_app
 from ki_query.identity import Identity
 from ki_query.mcp_http import MCP_PATH
@@ -144,8 +144,10 @@ def test_the_same_question_gives_the_same_hits_over_http_mcp_and_the_cli(served:
     assert _firm(over_http) and _statutes(over_http), "the question reaches both the firm's index and the statutes"
     stdio = _answer_over_stdio(served, (MEMBER,))
     assert not stdio.is_error, stdio.content
+    assert set(over_http) == set(FederatedAnswer.model_fields), "the answer serialized whole, whatever it holds"
     for other in (_answer_over_mcp(served, ANNA_KEY), _payload(stdio), _answer_of_the_cli(served, monkeypatch, MEMBER)):
         assert other["hits"] == over_http["hits"]  # ids, addresses, kinds, order and both scores
+        assert other == over_http
 
 
 def test_each_hit_names_its_corpus_citation_kinds_and_score(served: Served) -> None:
@@ -175,13 +177,16 @@ def test_explain_shows_the_corpus_selection_on_every_surface(served: Served) -> 
 def test_a_walled_lawyer_gets_no_walled_firm_hit_and_every_statute_hit(served: Served, key: str) -> None:
     anna = _answer_over_http(served, ANNA_KEY)
     assert served.walled_document_id() in {hit["metadata"]["document_id"] for hit in _firm(anna)}
-    for walled in (_answer_over_http(served, key), _answer_over_mcp(served, key)):
-        documents = {hit["metadata"]["document_id"] for hit in _firm(walled)}
-        assert served.walled_document_id() not in documents
-        # What the lawyer may see of the firm still comes (the annex, the letter); a stranger gets none of it.
-        assert documents if key == WALLED_KEY else documents == set()
+    firm_only = {**ASK, "corpora": ["firm"]}
+    for walled, firm in ((_answer_over_http(served, key), _over_http(served, key, firm_only).json()),
+                         (_answer_over_mcp(served, key), _answer_over_mcp(served, key, firm_only))):
+        assert served.walled_document_id() not in {hit["metadata"]["document_id"] for hit in _firm(walled)}
         # The firm's hits the lawyer may not see leave room for more statutes, never other ones.
         assert _statutes(walled)[: len(_statutes(anna))] == _statutes(anna)
+        # Asked of the firm alone: what the lawyer may see still comes (the annex, the letter); a stranger, nothing.
+        documents = {hit["metadata"]["document_id"] for hit in firm["hits"]}
+        assert served.walled_document_id() not in documents
+        assert documents if key == WALLED_KEY else documents == set()
 
 
 def test_a_firm_search_that_fails_gives_statute_hits_only(served: Served, tmp_path: Path, signing_key) -> None:  # noqa: F811
@@ -217,6 +222,14 @@ def test_an_empty_question_is_400_and_a_tool_error(served: Served, question: str
     assert [e["field"] for e in response.json()["errors"]] == ["question"]
     result = _call(served.mcp, ANNA_KEY, "ask", {"question": question})
     assert result.is_error and "question" in result.content[0].text
+
+
+def test_a_question_of_punctuation_only_is_400_and_a_tool_error_naming_it(served: Served) -> None:
+    """Not blank to the request model, but nothing to search for: the federation's own usage error."""
+    response = _over_http(served, ANNA_KEY, {"question": "?"})
+    assert response.status_code == 400 and "has no words to search for" in response.json()["detail"]
+    result = _call(served.mcp, ANNA_KEY, "ask", {"question": "?"})
+    assert result.is_error and "EmptyQuestion: " in result.content[0].text
 
 
 def test_principals_in_the_body_are_refused_not_trusted(served: Served) -> None:
