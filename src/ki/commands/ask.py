@@ -64,6 +64,7 @@ def _print(answer: FederatedAnswer) -> None:
         table.add_row(str(number), hit.corpus_id, hit.address or "-", ", ".join(hit.retrieval_kinds), rank,
                       f"{hit.score:.3f}", text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else ""))
     console.print(table)
+    console.print(escape(f"verdict: {answer.verdict.status} ({answer.verdict.reason})"), soft_wrap=True)
     if answer.diagnostics is not None:
         console.print(json.dumps(answer.diagnostics, indent=2, ensure_ascii=False, default=str))
 

@@ -6,8 +6,9 @@ ranked by section: a § whose Absätze match several times is stronger evidence 
 stray Absatz (the § is the unit a lawyer cites, and the eval grades every Absatz of it).
 
 Every hit carries `score` (this corpus's fused score, for its own order) and `rank_score`,
-the plain cosine of the shared embedding model between question and chunk: that one is
-comparable across corpora and backends, so the federation ranks by it.
+the plain cosine of the shared embedding model between question and chunk (on both backends).
+The federation puts it on its common scale (ranking.py) before it compares corpora; the
+negative check reads the same scale.
 """
 
 from __future__ import annotations
@@ -26,18 +27,21 @@ from ki_core.search.types import Leg, MultiSearchRequest, ScopeFilter, SearchFil
 from ki_query.federation.corpus_loader import SECTION_KIND, UNIT_KIND, section_key
 from ki_query.federation.corpus_units import Hit, UnitStore, unit_hit
 from ki_query.federation.providers import expand_sections
+from ki_query.federation.ranking import (
+    FOUND,
+    FOUND_LEVEL,
+    NOTHING_RELEVANT,
+    WEAK,
+    WEAK_LEVEL,
+    calibration_for,
+    finite,
+)
 
 
 ALL_LEGS = frozenset(Leg)
 LOOKUP_SCORE = 1.0
 LOOKUP_MAX_CHUNKS = 2
 WHERE_KEYS = frozenset({"container_id", "section_id", "repealed"})
-# Cosine at or above which a broad control hit counts as robust evidence, per embedder family.
-# Measured on the statutes corpus (10,897 Absätze), best hit of 8 answerable vs 8 off-topic
-# questions: e5-small >= 0.890 vs <= 0.854 (e5 compresses cosines into 0.8-0.98); USE >= 0.449
-# vs <= 0.322. Other embedders get a middle value until someone measures them.
-NEGATIVE_THRESHOLDS = {"e5-small": 0.86, "use-multilingual": 0.40}
-DEFAULT_NEGATIVE_THRESHOLD = 0.5
 NEGATIVE_CHECK_TOP_K = 20
 # The extractor does not end a reference at "?" or "!" ("Was regelt § 573c BGB?" finds nothing);
 # a question is read with a full stop there instead.
@@ -95,7 +99,8 @@ def named_identifiers(question: str, context_law: str | None = None) -> list[Ide
 
 
 def negative_threshold_for(signature: str) -> float:
-    return NEGATIVE_THRESHOLDS.get(signature.split(":")[0], DEFAULT_NEGATIVE_THRESHOLD)
+    """The cosine at which a hit counts as robust evidence: the found level of the embedder's calibration."""
+    return calibration_for(signature).cosine_at(FOUND_LEVEL)
 
 
 class CorpusRetriever:
@@ -310,30 +315,37 @@ class CorpusRetriever:
     # ------------------------------------------------------ negative check
 
     def verify_negative_result(self, question: str, threshold: float | None = None) -> dict[str, Any]:
-        """A broad control retrieval (all legs, no filter): any hit at cosine >= threshold blocks.
+        """A broad control retrieval (all legs, no filter), read on the common scale.
 
-        A § the question names and this corpus holds blocks too: the corpus does say something.
+        found: a hit at cosine >= threshold (the found level, FOUND_LEVEL) or a § the question names
+        and this corpus holds; weak: a hit at the weak level; else nothing relevant. Only nothing
+        relevant is safe to answer negatively: a weak hit is something the corpus says.
         """
-        threshold = self.negative_threshold if threshold is None else threshold
+        found_cosine = self.negative_threshold if threshold is None else threshold
+        null = calibration_for(self.embedder.signature).null_cosine
+        weak_cosine = null + (found_cosine - null) * WEAK_LEVEL / FOUND_LEVEL
         hits = self.query(question, top_k=NEGATIVE_CHECK_TOP_K, fetch_k=oversampled_window(NEGATIVE_CHECK_TOP_K))
+        cosines = [finite(h.get("rank_score")) for h in hits]
         strong = [
-            h for h in hits if "section_lookup" in h["retrieval_kinds"] or float(h.get("rank_score") or 0) >= threshold
+            h for h, c in zip(hits, cosines, strict=True) if "section_lookup" in h["retrieval_kinds"] or c >= found_cosine
         ]
+        best_cosine = max(cosines, default=0.0)
         if strong:
-            best = strong[0]
+            verdict, best = FOUND, strong[0]
             reason = (
-                f"{len(strong)} hit(s) at cosine >= {threshold:.2f} or named by address, "
-                f"best {best['metadata']['address']} ({float(best['rank_score']):.3f})"
+                f"{len(strong)} hit(s) at cosine >= {found_cosine:.2f} or named by address, "
+                f"best {best['metadata']['address']} ({finite(best['rank_score']):.3f})"
             )
         else:
-            best_cos = max((float(h.get("rank_score") or 0) for h in hits), default=0.0)
-            reason = f"no hit at cosine >= {threshold:.2f} (best {best_cos:.3f})"
+            verdict = WEAK if best_cosine >= weak_cosine else NOTHING_RELEVANT
+            reason = f"no hit at cosine >= {found_cosine:.2f} (best {best_cosine:.3f}; weak from {weak_cosine:.2f})"
         return {
-            "safe_to_answer_negative": not strong,
+            "safe_to_answer_negative": verdict == NOTHING_RELEVANT,
+            "verdict": verdict,
             "reason": reason,
             "results": strong,
             "strong_result_count": len(strong),
-            "threshold": threshold,
+            "threshold": found_cosine,
         }
 
 

@@ -1,15 +1,44 @@
-"""Ranking steps of the federation (spec/federation.md): rank, fusion, corpus quota, named corpus first.
+"""Ranking steps of the federation (spec/federation.md): the common scale, rank, fusion, corpus quota,
+named corpus first, and what a level says about the question (found / weak / nothing relevant).
 
 Hits are the plain dicts every corpus retriever returns (text, score, optional
 rank_score, metadata, retrieval_kinds, corpus_id); these functions never mutate
 a hit they were given, they copy the ones they change.
+
+The common scale (spec/amendments.md 5, issue 14). A corpus reports the raw cosine of the
+configured embedder, and raw cosines are no scale: e5-small puts every German legal text
+between 0.78 and 0.98 (an off-topic question's best statute hit scores 0.78-0.83), USE
+spreads them over 0-0.9, the hashing test embedder counts shared words. The federation
+therefore ranks on one scale that is calibrated AND rank-based:
+
+- calibrated: level = (cosine - null) / (1 - null), clipped to [0, 1], where `null` is the
+  cosine an unrelated question's best hit reaches with that embedder (NULL_COSINES, measured).
+  0 is "no closer than a question about something else", 1 an identical text; a lookup by
+  address (and an anchor) is 1.0. A purely rank-based scale (RRF, Borda) cannot say "nothing
+  relevant" at all: every corpus's first hit would score the same, on topic or not.
+- rank-based within a corpus: a corpus keeps its own order, and its hits take its levels sorted
+  best first (`on_common_scale`). The corpora's own hybrid order beats plain cosine (statutes,
+  e5: nDCG@10 0.266 hybrid vs 0.203 semantic), so the federation must not re-sort a corpus by
+  cosine; the levels decide only how the corpora interleave and what the question found.
+
+On this scale federation.md's constants keep their literal values and their intent:
+1.0 anchor/lookup (the top), 0.50 a Verweis (half-way between unrelated and identical, read
+only from hits at least that strong: see search.py), min_ratio 0.25 (a corpus whose best hit
+is below a quarter of the best has nothing to say), FOUND_LEVEL and WEAK_LEVEL for the verdict.
+One intent needs more than its constant: a quarter of a modest best hit is still "nothing to
+say", so the quota also asks a corpus to reach the found level itself (FOUND_LEVEL).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
 
 Hit = dict[str, Any]
 
@@ -21,13 +50,16 @@ KEY_TEXT_CHARS = 160
 def hit_rank(hit: Hit) -> float:
     """float(rank_score if present else score); anything unreadable counts as 0.0."""
     value = hit.get("rank_score")
-    if value is None:
-        value = hit.get("score")
+    return finite(hit.get("score") if value is None else value)
+
+
+def finite(value: object) -> float:
+    """The value as a float; anything unreadable (None, text, NaN, inf) is 0.0."""
     try:
-        rank = float(value)  # type: ignore[arg-type]
+        number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return 0.0
-    return rank if math.isfinite(rank) else 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 def hit_corpus(hit: Hit) -> str | None:
@@ -80,12 +112,14 @@ def sort_by_rank(hits: Iterable[Hit]) -> list[Hit]:
     return sorted(hits, key=hit_rank, reverse=True)
 
 
-def quota_cut(hits: Sequence[Hit], limit: int | None, *, min_per_corpus: int = 2, min_ratio: float = 0.25) -> list[Hit]:
+def quota_cut(
+    hits: Sequence[Hit], limit: int | None, *, min_per_corpus: int = 2, min_ratio: float = 0.25, floor: float = 0.0
+) -> list[Hit]:
     """Cut to `limit`, reserving up to min_per_corpus hits per comparable corpus first.
 
     The reservation rescues a corpus whose best hit is comparable (>= min_ratio x the best
-    overall) but outnumbered; it takes whole rounds within half the list, so the corpus that
-    would miss out of a partial round is never the weak one this protects.
+    overall, and >= floor) but outnumbered; it takes whole rounds within half the list, so the
+    corpus that would miss out of a partial round is never the weak one this protects.
     """
     ordered = sort_by_rank(hits)
     if limit is None or limit <= 0:
@@ -96,7 +130,8 @@ def quota_cut(hits: Sequence[Hit], limit: int | None, *, min_per_corpus: int = 2
     for position, hit in enumerate(ordered):
         groups.setdefault(hit_corpus(hit), []).append(position)
     best = hit_rank(ordered[0])
-    qualifying = [c for c, positions in groups.items() if hit_rank(ordered[positions[0]]) >= min_ratio * best]
+    needed = max(min_ratio * best, floor)
+    qualifying = [c for c, positions in groups.items() if hit_rank(ordered[positions[0]]) >= needed]
     if len(groups) == 1 or len(qualifying) <= 1:
         return ordered[:limit]
     reserved = reserved_positions([groups[c] for c in qualifying], budget=max(1, limit // 2), rounds=min_per_corpus)
@@ -130,3 +165,116 @@ def named_corpus_first(hits: Sequence[Hit], named: Iterable[str], queried: Itera
         return hits
     promoted = {**hits[position], "rank_score": max(hit_rank(hit) for hit in hits)}
     return [promoted, *hits[:position], *hits[position + 1 :]]
+
+
+# ------------------------------------------------------------------ the common scale
+
+LOOKUP_LEVEL = 1.0
+# The verdict's thresholds on the scale, for the best hit of a question. Measured on a calibration
+# set of 15 off-topic and 15 on-topic questions (not the committed verdict questions) over the
+# 11,817 statute units: with e5 (null 0.79) off-topic best hits reach at most level 0.20 (cosine
+# 0.831), on-topic ones at least 0.32 (0.857); with USE (null 0.20) at most 0.22 (0.379; a Grundsteuer
+# question, which GG Art. 106 does govern, 0.31) and at least 0.29 (0.431). FOUND sits in both gaps.
+# It is also the quota's floor (FederatedRetriever.quota_floor): min_ratio 0.25 is relative to the best
+# hit, and an answerable question's best hit is a lookup (1.0) or a hit at level 0.3-0.9, so 0.25 x best
+# alone let a corpus at level 0.08-0.2, which found nothing by its own verdict, take a reserved slot
+# (measured: AGG § 2 at 0.23 for a question on health promotion, beside SGB V at 0.45).
+FOUND_LEVEL = 0.25
+# Half the found level: a best hit between the two is related, but nothing to answer from.
+WEAK_LEVEL = 0.125
+# Kinds whose hits are fetched by address: their level is the top of the scale, whatever their cosine.
+LOOKUP_KINDS = frozenset({"section_lookup", "norm_anchor"})
+
+FOUND = "found"
+WEAK = "weak"
+NOTHING_RELEVANT = "nothing relevant"
+UNKNOWN = "unknown"
+VerdictStatus = Literal["found", "weak", "nothing relevant", "unknown"]
+
+# The cosine an off-topic question's best hit reaches, per embedder family (signature up to its first
+# ":"; a gateway model is keyed "gateway:<model>"). Measured best hits of the 15 off-topic calibration
+# questions over the statutes corpus: e5-small 0.781-0.831, USE 0.149-0.379, hashing 0.238-0.470 (it
+# matches words, not meaning: its on-topic best hits start at 0.391, so its verdicts are rough).
+NULL_COSINES = {"e5-small": 0.79, "use-multilingual": 0.20, "hashing": 0.30}
+# An embedder nobody has measured (a gateway model): a typical value for models whose unrelated texts
+# score near 0; logged once per process. Measure it with `ki eval --verdict` (docs/federation.md).
+DEFAULT_NULL_COSINE = 0.25
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How one embedder's cosines map onto the common scale: `null` goes to 0, an identical text to 1."""
+
+    embedder: str
+    null_cosine: float
+    measured: bool = True
+
+    def level(self, cosine: float) -> float:
+        return min(LOOKUP_LEVEL, max(0.0, (cosine - self.null_cosine) / (1.0 - self.null_cosine)))
+
+    def cosine_at(self, level: float) -> float:
+        """The cosine that reaches `level` (the found cosine is the corpora's negative-check threshold)."""
+        return self.null_cosine + level * (1.0 - self.null_cosine)
+
+    def hit_level(self, hit: Hit) -> float:
+        """A lookup by address is at the top; any other hit at the level of its cosine (rank_score)."""
+        if LOOKUP_KINDS.intersection(hit.get("retrieval_kinds") or ()):
+            return LOOKUP_LEVEL
+        return self.level(finite(hit.get("rank_score")))
+
+    def __call__(self, hits: Sequence[Hit]) -> list[Hit]:
+        return on_common_scale(hits, self)
+
+
+@cache
+def calibration_for(signature: str) -> Calibration:
+    """The calibration of an embedder signature (`e5-small:384`, `gateway:<model>:<dims>`)."""
+    family, _, rest = signature.partition(":")
+    model = f"{family}:{rest.rpartition(':')[0]}" if family == "gateway" else family
+    for key in (model, family):
+        if key in NULL_COSINES:
+            return Calibration(signature, NULL_COSINES[key])
+    log.warning(
+        "federation: scores of embedder %s are not calibrated; its null cosine is taken as %.2f "
+        "(measure it: ki eval --verdict, docs/federation.md)", signature, DEFAULT_NULL_COSINE,
+    )  # fmt: skip
+    return Calibration(signature, DEFAULT_NULL_COSINE, measured=False)
+
+
+def on_common_scale(hits: Sequence[Hit], calibration: Calibration) -> list[Hit]:
+    """One corpus's hits in the corpus's own order, rank_score = its levels sorted best first.
+
+    The corpus decides the order (its hybrid ranking is better than cosine), the levels how
+    strong its hits are against other corpora's; the raw cosine stays in metadata.cosine.
+    """
+    levels = sorted((calibration.hit_level(hit) for hit in hits), reverse=True)
+    placed = []
+    for hit, level in zip(hits, levels, strict=True):
+        metadata = {**(hit.get("metadata") or {}), "cosine": hit.get("rank_score")}
+        placed.append({**hit, "metadata": metadata, "rank_score": level})
+    return placed
+
+
+def level_verdict(best_level: float) -> VerdictStatus:
+    """What the best hit's level says about the question."""
+    if best_level >= FOUND_LEVEL:
+        return FOUND
+    return WEAK if best_level >= WEAK_LEVEL else NOTHING_RELEVANT
+
+
+def combined_verdict(corpus_verdicts: Iterable[str], *, any_failed: bool) -> VerdictStatus:
+    """Found anywhere is found; otherwise a corpus that could not be checked makes it unknown."""
+    verdicts = set(corpus_verdicts)
+    if FOUND in verdicts:
+        return FOUND
+    if any_failed or not verdicts or UNKNOWN in verdicts:
+        return UNKNOWN
+    return WEAK if WEAK in verdicts else NOTHING_RELEVANT
+
+
+def corpus_verdict(check: dict[str, Any]) -> VerdictStatus:
+    """A corpus check's verdict; a check that gives none says only blocking (found) or not."""
+    given = check.get("verdict")
+    if given in (FOUND, WEAK, NOTHING_RELEVANT, UNKNOWN):
+        return given  # type: ignore[return-value]
+    return NOTHING_RELEVANT if check.get("safe_to_answer_negative", True) else FOUND

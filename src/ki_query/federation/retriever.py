@@ -28,7 +28,16 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator
 from pydantic.dataclasses import dataclass as typed_dataclass
 
 from ki_query.federation.errors import check_question
-from ki_query.federation.ranking import Hit, fuse, named_corpus_first, quota_cut
+from ki_query.federation.ranking import (
+    NOTHING_RELEVANT,
+    UNKNOWN,
+    Hit,
+    combined_verdict,
+    corpus_verdict,
+    fuse,
+    named_corpus_first,
+    quota_cut,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +52,15 @@ ANCHOR_MAX_CHUNKS = 2
 VERWEIS_MAX_CHUNKS = 1
 # Deliberately mid-scale: measured on chain cases, 0.97 cost ten points of chain coverage
 # because a cited norm ranked high REPLACES a found one within a fixed result budget.
+# On the common scale (ranking.py) the literal 0.50 holds: half-way between an unrelated and an
+# identical text, below the strong hits a cited norm must not replace.
 VERWEIS_SCORE = 0.50
 ANCHOR_KINDS = ("norm_anchor", "section_lookup")
 VERWEIS_KINDS = ("verweis",)
 # The keywords a retriever that rejected our call is retried with (spec step 1).
 BASIC_QUERY_KEYWORDS = ("top_k", "where", "fetch_k")
 NO_FINDINGS_REASON = "the broad control retrieval found no robust hits in any corpus"
+CHECK_FAILED_REASON = "its check failed, so nothing is known of it"
 NOT_ROUTED = "not routed: the question names other corpora"
 
 T = TypeVar("T")
@@ -205,6 +217,8 @@ class FederatedRetriever:
         min_ratio: float = 0.25,
         max_verweis_normen: int = 3,
         max_final_results: int | None = None,
+        scale: Callable[[list[Hit]], list[Hit]] | None = None,
+        quota_floor: float = 0.0,
     ):
         self.registry = registry
         self.router = router
@@ -216,6 +230,10 @@ class FederatedRetriever:
         self.min_ratio = min_ratio
         self.max_verweis_normen = max_verweis_normen
         self.max_final_results = max_final_results
+        # Puts each corpus's hits on one scale before fusion (ranking.Calibration); None: already on one.
+        self.scale = scale
+        # The level a corpus's best hit must reach, beside min_ratio, to be rescued by the quota.
+        self.quota_floor = quota_floor
         # Per thread: one instance may serve concurrent requests.
         self._traces = threading.local()
         self._warn_if_scores_incomparable()
@@ -347,7 +365,8 @@ class FederatedRetriever:
                     hits += self._fetch_anchor(address)
             fused = self._follow_references(fuse(hits), selection.selected)
             cut = quota_cut(
-                fused, self._final_limit(kwargs), min_per_corpus=self.min_hits_per_corpus, min_ratio=self.min_ratio
+                fused, self._final_limit(kwargs), min_per_corpus=self.min_hits_per_corpus, min_ratio=self.min_ratio,
+                floor=self.quota_floor,
             )
             return self._named_corpus_first(question, cut, selection.selected)
 
@@ -361,7 +380,8 @@ class FederatedRetriever:
         try:
             retriever = self.registry.retriever(corpus_id)
             call_kwargs = self._kwargs_for(corpus_id, kwargs)
-            return tag_hits(self._call_query(retriever, question, call_kwargs), corpus_id)
+            hits = tag_hits(self._call_query(retriever, question, call_kwargs), corpus_id)
+            return self.scale(hits) if self.scale is not None else hits
         except Exception as exc:  # noqa: BLE001 - one failing corpus must not silence the others
             self._skip(f"corpus {corpus_id}", exc)
             return []
@@ -462,9 +482,15 @@ class FederatedRetriever:
     # ------------------------------------------------ negative verification
 
     def verify_negative_result(self, question: str, **kwargs: Any) -> dict[str, Any]:
-        """Is it safe to answer that the corpora say nothing about this?"""
+        """Is it safe to answer that the corpora say nothing about this?
+
+        verdict: found / weak / nothing relevant (ranking.combined_verdict), or unknown when a
+        corpus's check failed and nothing was found elsewhere: then it is never safe.
+        """
         check_question(question)
         checked: list[str] = []
+        failed: list[str] = []
+        statuses: list[str] = []
         blocking: list[tuple[str, str]] = []
         results: list[Hit] = []
         with self._tracing(question) as trace:
@@ -473,22 +499,31 @@ class FederatedRetriever:
                 verdict = self._verify_corpus(corpus_id, question, kwargs)
                 if verdict is None:
                     continue
+                status = corpus_verdict(verdict)
+                if status == UNKNOWN:
+                    failed.append(corpus_id)
+                    continue
                 checked.append(corpus_id)
+                statuses.append(status)
                 results += verdict["results"]
                 if not verdict.get("safe_to_answer_negative", True):
                     blocking.append((corpus_id, str(verdict.get("reason") or "robust hits found")))
-        reason = " | ".join(f"{c}: {r}" for c, r in blocking) if blocking else NO_FINDINGS_REASON
+        status = combined_verdict(statuses, any_failed=bool(failed))
+        reasons = [f"{c}: {r}" for c, r in blocking] + [f"{c}: {CHECK_FAILED_REASON}" for c in failed]
+        reason = " | ".join(reasons) if reasons else NO_FINDINGS_REASON
         return {
-            "safe_to_answer_negative": not blocking,
+            "safe_to_answer_negative": status == NOTHING_RELEVANT,
+            "verdict": status,
             "reason": reason,
             "results": fuse(results),
             "strong_result_count": len(blocking),
             "corpora_checked": checked,
             "corpora_with_findings": [c for c, _ in blocking],
+            "corpora_failed": failed,
         }
 
     def _verify_corpus(self, corpus_id: str, question: str, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The corpus's verdict with its results tagged; None when it has no check or the check failed."""
+        """The corpus's verdict with its results tagged; None when it has no check, unknown when it failed."""
         try:
             verify = getattr(self.registry.retriever(corpus_id), "verify_negative_result", None)
             if verify is None:
@@ -502,7 +537,7 @@ class FederatedRetriever:
             return {**verdict, "results": tag_hits(verdict.get("results"), corpus_id)}
         except Exception as exc:  # noqa: BLE001
             self._skip(f"negative-result check of {corpus_id}", exc)
-            return None
+            return {"verdict": UNKNOWN, "safe_to_answer_negative": False, "results": []}
 
     # ---------------------------------------------------------- diagnostics
 

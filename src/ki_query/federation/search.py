@@ -3,7 +3,9 @@
 `FederatedSearch.from_settings(settings, firm_service=...)` wires the registry, the shipped
 providers (law-mention router and named corpora, anchor register from
 federation.anchors_file, statute Verweise) and the FederatedRetriever; `ask()` returns
-typed hits. Keep one instance per process: retrievers and indexes open lazily and stay open.
+typed hits and the verdict: whether the corpora answer the question (found), touch it (weak),
+say nothing about it (nothing relevant), or could not all be checked (unknown). Keep one
+instance per process: retrievers and indexes open lazily and stay open.
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.config import Settings
 from ki_core.embedding import Embedder
 from ki_query.federation.registry import CorpusRegistry, FirmIndexCorpus, FirmSearchService, UnknownCorpus
-from ki_query.federation.retriever import FederatedRetriever
 from ki_query.federation.providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise
+from ki_query.federation.ranking import FOUND_LEVEL, Hit, VerdictStatus, calibration_for, hit_rank
+from ki_query.federation.retriever import VERWEIS_SCORE, FederatedRetriever
 from ki_query.types import check_query_length
 
 log = logging.getLogger(__name__)
@@ -54,11 +57,58 @@ class FederatedHit(BaseModel):
         )
 
 
+class Verdict(BaseModel):
+    """Do the corpora answer the question? From the same broad control retrieval as verify_negative_result.
+
+    found: a corpus holds a hit at the found level or the § the question names; weak: only hits
+    at the weak level; nothing relevant: no corpus has either (the one status that makes a
+    negative answer safe); unknown: a corpus's check failed and nothing was found elsewhere.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    status: VerdictStatus
+    safe_to_answer_negative: bool
+    reason: str
+    corpora_checked: list[str] = Field(default_factory=list)
+    corpora_with_findings: list[str] = Field(default_factory=list)
+    corpora_failed: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def from_check(cls, check: dict[str, Any]) -> Verdict:
+        return cls(
+            status=check["verdict"],
+            safe_to_answer_negative=bool(check["safe_to_answer_negative"]),
+            reason=str(check["reason"]),
+            corpora_checked=list(check.get("corpora_checked") or ()),
+            corpora_with_findings=list(check.get("corpora_with_findings") or ()),
+            corpora_failed=list(check.get("corpora_failed") or ()),
+        )
+
+
 class FederatedAnswer(BaseModel):
     question: str
     hits: list[FederatedHit]
+    verdict: Verdict
     selection: dict[str, Any] | None = None
     diagnostics: dict[str, Any] | None = None
+
+
+class CitedByStrongHits:
+    """The Verweise of the hits at least as strong as a Verweis (VERWEIS_SCORE) only.
+
+    A cited norm is placed at 0.50; read from a weaker hit it would outrank the text that cites
+    it, and the references of an off-topic question's hits (which the scale puts near 0) would
+    lead its list: "Hundesteuer Kampfhund Hamburg" came back as § 1825 BGB, § 1782 BGB first.
+    """
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def __call__(self, hits: list[Hit], corpus_ids: list[str]) -> Any:
+        strong = [hit for hit in hits if hit_rank(hit) >= VERWEIS_SCORE]
+        return self.inner(strong, corpus_ids) if strong else []
 
 
 class RestrictedRegistry:
@@ -104,23 +154,26 @@ class FederatedSearch:
         firm = FirmIndexCorpus(firm_service, embedder=embedder) if firm_service is not None else None
         return cls(settings, CorpusRegistry(settings, sessions, embedder, firm=firm), engine=engine)
 
-    def retriever(self, corpora: Sequence[str] | None = None) -> FederatedRetriever:
-        """A FederatedRetriever over all corpora, or only the named ones."""
+    def retriever(self, corpora: Sequence[str] | None = None, **overrides: Any) -> FederatedRetriever:
+        """A FederatedRetriever over all corpora, or only the named ones; `overrides` replace its
+        settings or providers (`ki eval --federated` turns anchors, Verweise, quota off one by one)."""
         registry: Any = RestrictedRegistry(self.registry, corpora) if corpora else self.registry
         mentions = CorpusMentions.from_registry(registry)
         firm_id = self.registry.firm.corpus_id if self.registry.firm else None
         config = self.settings.federation
-        return FederatedRetriever(
-            registry,
-            router=MentionRouter(mentions, always=[firm_id] if firm_id else ()),
-            anchors=self.anchors,
-            verweise=StatuteVerweise.from_registry(registry),
-            named_corpora=mentions,
-            max_corpora_per_query=config.max_corpora_per_query,
-            min_hits_per_corpus=config.min_hits_per_corpus,
-            min_ratio=config.min_ratio,
-            max_verweis_normen=config.max_verweis_normen,
-        )
+        wiring: dict[str, Any] = {
+            "router": MentionRouter(mentions, always=[firm_id] if firm_id else ()),
+            "anchors": self.anchors,
+            "verweise": CitedByStrongHits(StatuteVerweise.from_registry(registry)),
+            "named_corpora": mentions,
+            "max_corpora_per_query": config.max_corpora_per_query,
+            "min_hits_per_corpus": config.min_hits_per_corpus,
+            "min_ratio": config.min_ratio,
+            "max_verweis_normen": config.max_verweis_normen,
+            "scale": calibration_for(self.registry.embedder.signature),
+            "quota_floor": FOUND_LEVEL,
+        }
+        return FederatedRetriever(registry, **{**wiring, **overrides})
 
     def ask(
         self,
@@ -131,16 +184,25 @@ class FederatedSearch:
         top_k: int = 8,
         explain: bool = False,
     ) -> FederatedAnswer:
-        """Federated hits for the caller; statute corpora are public, the firm's index needs principals."""
+        """Federated hits and the verdict for the caller; statute corpora are public, the firm's index
+        needs principals. The verdict costs one more retrieval per corpus (query embeddings are cached)."""
         check_query_length(question, self.settings.retrieval.max_query_chars)
         federation = self.retriever(corpora)
         hits = federation.query(question, top_k=top_k, principals=list(principals))
+        selection = federation.explain_selection(question) if explain else None
+        verdict = Verdict.from_check(federation.verify_negative_result(question, principals=list(principals)))
         return FederatedAnswer(
             question=question,
             hits=[FederatedHit.from_hit(h) for h in hits],
-            selection=federation.explain_selection(question) if explain else None,
-            diagnostics=federation.diagnostics() if explain else None,
+            verdict=verdict,
+            selection=selection,
+            diagnostics={**federation.diagnostics(), "scale": self._scale_diagnostics()} if explain else None,
         )
+
+    def _scale_diagnostics(self) -> dict[str, Any]:
+        calibration = calibration_for(self.registry.embedder.signature)
+        return {"embedder": calibration.embedder, "null_cosine": calibration.null_cosine,
+                "measured": calibration.measured}
 
     def close(self) -> None:
         self.registry.close()
@@ -162,7 +224,9 @@ def firm_service_from_settings(settings: Settings) -> Any | None:
         return None
 
 
-__all__ = ["FederatedAnswer", "FederatedHit", "FederatedSearch", "UnknownCorpus", "firm_service_from_settings"]
+__all__ = [
+    "FederatedAnswer", "FederatedHit", "FederatedSearch", "UnknownCorpus", "Verdict", "firm_service_from_settings",
+]
 
 
 class FederatedSearchOnFirstUse:

@@ -54,6 +54,14 @@ def test_a_corpus_below_min_ratio_of_the_best_hit_is_not_rescued() -> None:
     assert "guideline" in corpora_of(quota_cut(BIG + just_enough, 4))
 
 
+def test_a_corpus_below_the_floor_is_not_rescued_however_close_its_ratio() -> None:
+    """On the common scale the floor is the found level: a corpus that found nothing itself is not rescued."""
+    modest = hits_of("statutes", 0.40, 0.39, 0.38, 0.37, 0.36, 0.35)
+    near = hits_of("guideline", 0.24)
+    assert corpora_of(quota_cut(modest + near, 4)).count("guideline") == 1
+    assert corpora_of(quota_cut(modest + near, 4, floor=0.25)) == ["statutes"] * 4
+
+
 def test_at_most_half_the_list_is_reserved() -> None:
     # limit 4 -> budget 2: round one (1 + 1) fits, round two would reserve 4 > 2.
     cut = quota_cut(BIG + SMALL, 4)

@@ -84,3 +84,28 @@ def test_asking_only_named_corpora_and_an_unknown_one(search) -> None:
     assert {h.corpus_id for h in answer.hits} == {"statutes"}
     with pytest.raises(UnknownCorpus):
         search.ask("Kündigung", ["user:anna"], corpora=["nope"])
+
+
+# ------------------------------------------------------------------ the verdict
+
+
+def test_the_answer_says_found_when_the_question_names_a_section_the_corpus_holds(search) -> None:
+    answer = search.ask("Was gilt nach § 573c BGB?", ["user:anna"])
+    assert answer.verdict.status == "found" and answer.verdict.safe_to_answer_negative is False
+    assert "statutes" in answer.verdict.corpora_with_findings
+    assert answer.model_dump(mode="json")["verdict"]["status"] == "found"  # what the surfaces serialize
+
+
+def test_an_off_topic_question_is_not_found_and_no_cited_norm_leads_its_list(search) -> None:
+    answer = search.ask("Hundesteuer Kampfhund Hamburg", ["user:anna"], corpora=["statutes"])
+    assert answer.verdict.status in ("weak", "nothing relevant")
+    assert not any("verweis" in hit.retrieval_kinds for hit in answer.hits)
+
+
+def test_hits_carry_their_level_on_the_common_scale_and_the_raw_cosine(search) -> None:
+    answer = search.ask("Kündigung des Mietverhältnisses über Wohnraum", ["user:anna"], corpora=["statutes"],
+                        explain=True)
+    levels = [hit.rank_score for hit in answer.hits]
+    assert levels == sorted(levels, reverse=True) and all(0.0 <= level <= 1.0 for level in levels)
+    assert all("cosine" in hit.metadata for hit in answer.hits)
+    assert answer.diagnostics["scale"] == {"embedder": EMBEDDER.signature, "null_cosine": 0.30, "measured": True}
