@@ -48,3 +48,111 @@ def test_evaluate_asks_for_depth_plus_the_excluded_and_reports_per_type() -> Non
     assert retriever.asked == [101, 100]
     assert report.means("xref")["ndcg@10"] == 1.0 and report.means("heading")["recall@100"] == 0.0
     assert report.means()["ndcg@10"] == 0.5 and report.types() == ["heading", "xref"]
+
+
+# ------------------------------------------------------------------ the federated path
+
+
+def statute_hit(record_id: str, text: str, score: float) -> dict:
+    law, section, _ = record_id.split("|")
+    return {"text": text, "score": score, "retrieval_kinds": ["lexical"],
+            "metadata": {"record_id": record_id, "text_hash": record_id, "container_id": law, "section_id": section}}
+
+
+def test_federated_eval_drops_the_citing_absatz_before_reference_following_and_counts_what_changed() -> None:
+    from ki_query.federation.evaluation import evaluate_federated
+    from ki_query.federation.retriever import Address, FederatedRetriever
+    from tests.ki_query.memory_corpora import FixedHitsRetriever, MemoryRegistry
+
+    citing = statute_hit("BGB|§ 1|", "Es gilt § 9 entsprechend.", 0.9)
+    other = statute_hit("BGB|§ 2|", "Ein Satz ohne Verweis.", 0.8)
+    target = statute_hit("BGB|§ 9|", "Die Regel.", 1.0)
+    corpus = FixedHitsRetriever([citing, other], units={"BGB|§ 9": [target]})
+
+    def cited(hits, corpus_ids):
+        return [Address("statutes", "§ 9", "BGB")] if any("§ 9" in h["text"] for h in hits) else []
+
+    def make(**wiring):
+        return FederatedRetriever(MemoryRegistry({"statutes": corpus}), **{"verweise": cited, **wiring})
+
+    queries = [
+        EvalQuery(qid="q1", type="xref", query="Es gilt […] entsprechend.", relevant={"BGB|§ 9|": 2},
+                  exclude_ids=["BGB|§ 1|"]),
+        EvalQuery(qid="q2", type="xref", query="Welche Regel gilt?", relevant={"BGB|§ 9|": 2}),
+    ]
+    report = evaluate_federated(make, queries, scale=None, k=10)
+    by_qid = {r.qid: r.scores["ndcg@10"] for r in report.federated.results}
+    assert by_qid["q1"] == 0.0  # the cited norm came only from the excluded Absatz
+    assert by_qid["q2"] > 0.0
+    changed = {e.mechanism: e.changed for e in report.effects}
+    assert changed == {"anchors": 0, "Verweise": 1, "quota": 0, "named first": 0}
+    assert report.top_k_hits["verweis"] == 1 and report.top_k_hits["corpus statutes"] == 4
+    assert report.as_dict()["mechanisms"]["Verweise"]["without"] == {"ndcg@10": 0.0, "recall@10": 0.0}
+
+
+# ------------------------------------------------------------------ the verdict on a question set
+
+
+def test_a_verdict_report_counts_agreement_and_suggests_the_null_cosine() -> None:
+    from ki_query.federation.evaluation import VerdictReport, VerdictResult
+
+    report = VerdictReport([
+        VerdictResult("Apfelstrudel", "nothing relevant", "nothing relevant", "", 0.80),
+        VerdictResult("Hundesteuer", "nothing relevant", "weak", "", 0.83),
+        VerdictResult("Zugspitze", "nothing relevant", "found", "", 0.85),
+        VerdictResult("Kündigungsfrist", "found", "found", "", 0.87),
+        VerdictResult("Volljährig", "found", "weak", "", 0.86),
+    ])
+    assert report.agreeing("nothing relevant") == (2, 3) and report.agreeing("found") == (1, 2)
+    # The found cosine mid-way between 0.85 and 0.86 is 0.855; null + 0.25 x (1 - null) = 0.855.
+    assert report.suggested_null_cosine() == pytest.approx(0.80667, abs=1e-4)
+
+
+def test_the_committed_question_set_reads_and_a_bad_line_names_its_place(tmp_path) -> None:
+    from pathlib import Path
+
+    from ki_query.federation.errors import EvalFileError
+    from ki_query.federation.evaluation import load_verdict_questions
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "federation-verdict-questions.jsonl"
+    questions = load_verdict_questions(fixture)
+    assert sum(q.expected == "found" for q in questions) >= 10
+    assert sum(q.expected == "nothing relevant" for q in questions) >= 10
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "x", "expected": "maybe"}\n', encoding="utf-8")
+    with pytest.raises(EvalFileError, match="bad.jsonl:1: not a verdict question"):
+        load_verdict_questions(bad)
+
+
+# ------------------------------------------------------------------ ki eval --federated / --verdict
+
+
+def test_ki_eval_scores_the_federation_beside_one_corpus_and_gives_verdicts(monkeypatch, tmp_path) -> None:
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from ki.cli import app
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures"
+    monkeypatch.setenv("KI_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KI_EMBEDDING__PROVIDER", "hashing")
+    monkeypatch.setenv("KI_EMBEDDING__MODEL", "hashing")
+    runner = CliRunner()
+    for corpus, path in (("statutes", "statutes-excerpt.jsonl"), ("extra", "statutes-verdict-supplement.jsonl")):
+        loaded = runner.invoke(app, ["corpus", "load", corpus, str(fixtures / path)])
+        assert loaded.exit_code == 0, loaded.output
+    queries = str(fixtures / "statute-queries-excerpt.jsonl")
+    result = runner.invoke(app, ["eval", "--federated", "--queries", queries, "--baseline", "statutes", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["corpora"] == ["extra", "statutes"]
+    assert set(report["federated"]["mechanisms"]) == {"anchors", "Verweise", "quota", "named first"}
+    assert report["alone"][0]["label"] == "statutes alone"
+    verdicts = runner.invoke(app, ["eval", "--verdict", str(fixtures / "federation-verdict-questions.jsonl"), "--json"])
+    assert verdicts.exit_code == 0, verdicts.output
+    per_question = json.loads(verdicts.stdout)["per_question"]
+    assert len(per_question) == 28 and {r["status"] for r in per_question} <= {"found", "weak", "nothing relevant"}
+    missing = runner.invoke(app, ["eval", "--federated"])
+    assert missing.exit_code == 2 and "--queries" in missing.output
