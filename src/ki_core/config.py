@@ -220,7 +220,12 @@ class LLMSettings(_Section):
 class FederationSettings(_Section):
     max_corpora_per_query: int = Field(default=4, gt=0)
     min_hits_per_corpus: int = Field(default=2, ge=0)
-    min_ratio: float = Field(default=0.25, ge=0, le=1)
+    # spec/federation.md says 0.25, meant for scores where off-topic hits are near zero. On the
+    # calibrated level (federation/ranking.py) legal corpora without the answer still reach 20-80 % of
+    # the best level with e5, so 0.25 rescued nearly every corpus: the quota then cost 0.033 nDCG@10 on
+    # the dev statute queries (0.252 against 0.266 for statutes alone); at 0.85 it keeps its intent,
+    # rescuing a corpus that is nearly as strong (0.285). See docs/federation.md.
+    min_ratio: float = Field(default=0.85, ge=0, le=1)
     max_verweis_normen: int = Field(default=3, ge=0)
     anchors_file: str | None = None
 
