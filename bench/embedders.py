@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import os
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ki_core.config import load_settings
+from ki_query.federation.evaluation import ndcg_at, recall_at  # the product's own scoring, one definition
 from ki_core.embedding import (
     CACHE_FILE_NAME,
     CachedEmbedder,
@@ -138,19 +138,6 @@ def corpus_subset(
 
 
 # ------------------------------------------------------------------ metrics
-
-
-def ndcg_at(ranked: list[str], relevant: dict[str, int], k: int) -> float:
-    gains = [relevant.get(rid, 0) for rid in ranked[:k]]
-    dcg = sum(g / math.log2(i + 2) for i, g in enumerate(gains))
-    ideal = sorted(relevant.values(), reverse=True)[:k]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
-    return dcg / idcg if idcg else 0.0
-
-
-def recall_at(ranked: list[str], relevant: dict[str, int], k: int) -> float:
-    wanted = {rid for rid, grade in relevant.items() if grade > 0}
-    return len(wanted & set(ranked[:k])) / len(wanted) if wanted else 0.0
 
 
 def ranked_ids(scores: np.ndarray, ids: list[str], excluded: list[int], k: int) -> list[str]:
