@@ -1,7 +1,10 @@
 """Case numbers (Aktenzeichen): "VIII ZR 123/20", "1 BvR 12/19", "2 C 43.93", with court and date nearby.
 
 Triggered by the number/year at the end, then read backwards for register,
-chamber and prefix, which the court table says are valid.
+chamber and prefix, which the court table says are valid. Criminal files often carry
+two registers, the court's and the one that holds the number ("3 KLs 101 Js 47753/18",
+"1 OLG 151 SsBs 72/20"), a senate in brackets before them and a count in brackets after
+them ("(1 B) 53 Ss-OWi 675/19 (398/19)"): all of it is one case number.
 """
 
 from __future__ import annotations
@@ -20,13 +23,17 @@ _AZ_LEAD = re.compile(
     r"(?:(?<=[\s(\[\"'„“,;:–-])|\A)"
     r"(?:(?P<prefix>[A-ZÄÖÜ][A-Za-z]{0,2})\s+(?=\d|[IVX]{1,4}-))?"
     r"(?:(?P<pre2>[IVX]{1,4}|\d{1,2})-)?"
-    r"(?:(?P<chamber>\d{1,3}[a-z]?|[IVX]{1,5}[a-z]?)\s+)?"
+    r"(?:(?P<chamber>\d{1,4}[a-z]?|[IVX]{1,5}[a-z]?)\s+)?"
     r"(?P<reg>(?:[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5}(?:-[A-Z][A-Za-z]{0,4})?|\([A-Za-zÄÖÜäöü]{1,5}\))"
     r"(?:\s*\([A-Za-zÄÖÜäöü]{1,5}\)|\s+[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5}(?:-[A-Z][A-Za-z]{0,4})?){0,2})"
     r"\s+\Z"
 )
 _AZ_DASH_LEAD = re.compile(r"(?:(?<=[\s(\"'])|\A)(?P<chamber>\d{1,3})\s-\s\Z")
 _LOWER_RUN = re.compile(r"[a-zäöüß]{4}")
+_SENATE_BEFORE = re.compile(r"(?:(?<=[\s\"'„“,;:–-])|\A)[(\[](?P<senate>\d{1,2}(?:\s?[A-Z])?)[)\]]\s+\Z")
+_COUNT_AFTER = re.compile(r"\s?[(\[](?P<count>\d{1,5}/\d{2}(?:\s(?:OWi|Js))?)[)\]]")
+# only a prosecutor's department has four digits ("2010 Js 66317/16"); elsewhere that is a year
+_FOUR_DIGIT_CHAMBER_REGISTERS = frozenset({"Js"})
 
 
 @cache
@@ -36,15 +43,38 @@ def _az_suffix_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     brackets = alternation(courts.az_bracket_suffixes)
     return (
         re.compile(rf"(?:(?:\.[A-ZÄÖÜ]{{1,4}})+|\s(?:{words})(?:,(?:{words}))*)(?![\wÄÖÜäöü-])"),
-        re.compile(rf"\s?\((?:{brackets}|[A-ZÄÖÜ][a-zäöü]{{1,4}})\)"),
+        # a known bracket suffix may follow a dash: "14 W 52/24 - (Wx)"
+        re.compile(rf"(?:\s[-–]\s(?=\((?:{brackets})\)))?\s?\((?:{brackets}|[A-ZÄÖÜ][a-zäöü]{{1,4}})\)"),
     )
+
+
+@cache
+def _outer_register_pattern() -> re.Pattern[str]:
+    outer = alternation(court_table().az_outer_registers)
+    return re.compile(rf"(?:(?<=[\s(\[\"'„“,;:–-])|\A)(?P<chamber>\d{{1,3}}[a-z]?)\s+(?P<reg>{outer})\s+\Z")
+
+
+def core_case_number(normalized: str) -> str | None:
+    """The part that carries the number ("101 Js 47753/18" of "3 KLs 101 Js 47753/18"), or None if that is all.
+
+    Documents and queries often cite only this part; the identifier leg asks for it too.
+    """
+    outer = alternation(court_table().az_outer_registers)
+    m = re.fullmatch(
+        rf"(?:\(\d{{1,2}}(?: [A-Z])?\) )?(?:\d{{1,3}}[a-z]? (?:{outer}) (?=\d))?(?P<core>.+?)"
+        rf"(?: \(\d{{1,5}}/\d{{2}}(?: OWi| Js)?\))?",
+        normalized,
+    )
+    core = m.group("core") if m else normalized
+    return core if core != normalized else None
 
 
 def scan_case_numbers(text: str) -> Iterator[Identifier]:
     courts = court_table()
     word_suffix, bracket_suffix = _az_suffix_patterns()
+    taken_until = 0  # the count in "675/19 (398/19)" is part of the case number before it
     for m in _AZ_TRIGGER.finditer(text):
-        if m.start() and text[m.start() - 1] in "0123456789/.,":
+        if m.start() < taken_until or (m.start() and text[m.start() - 1] in "0123456789/.,"):
             continue
         lead = _case_number_lead(text, m.start(), courts)
         if lead is None:
@@ -58,9 +88,13 @@ def scan_case_numbers(text: str) -> Iterator[Identifier]:
             suffix, end = suffix + " " + s.group().strip(), s.end()
         elif "-" in parts:
             continue  # "1 - 20/13" is a file number only with its register in brackets
+        if s := _COUNT_AFTER.match(text, end):
+            suffix, end = f"{suffix} ({s.group('count')})", s.end()
+        taken_until = end
         num, year = re.split(r"[/.]", m.group(), maxsplit=1)
         number = f"{num}/{year}" if len(year) == 2 else m.group()  # Bavarian year.number stays as written
-        normalized = " ".join([*parts, number]) + re.sub(r"\s+", " ", suffix)
+        suffix = re.sub(r"\s+", " ", re.sub(r"\s*[-–]\s*\(", " (", suffix))
+        normalized = " ".join([*parts, number]) + suffix
         yield Identifier(
             kind="case_number",
             normalized=normalized,
@@ -82,9 +116,22 @@ def _case_number_lead(text: str, num_start: int, courts: CourtTable) -> tuple[in
     while (m := _AZ_LEAD.search(text, lo, num_start)) is not None:
         lead = _valid_case_number_lead(m, courts)
         if lead is not None:
-            return lead
+            return _widened_lead(text, *lead, courts)
         lo = m.start() + 1
     return None
+
+
+def _widened_lead(
+    text: str, start: int, parts: list[str], court: str | None, courts: CourtTable
+) -> tuple[int, list[str], str | None]:
+    """The court's register before a second register ("3 KLs" + "101 Js"), then a senate in brackets ("(1 B)")."""
+    lo = max(0, start - 24)
+    if parts[-1] in courts.az_inner_registers and len(parts) == 2 and parts[0][0].isdigit():
+        if m := _outer_register_pattern().search(text, lo, start):
+            start, parts = m.start(), [m.group("chamber"), m.group("reg"), *parts]
+    if m := _SENATE_BEFORE.search(text, max(0, start - 12), start):
+        start, parts = m.start(), [f"({' '.join(re.findall(r'[0-9]+|[A-Z]', m.group('senate')))})", *parts]
+    return start, parts, court
 
 
 def _valid_case_number_lead(m: re.Match[str], courts: CourtTable) -> tuple[int, list[str], str | None] | None:
@@ -93,6 +140,8 @@ def _valid_case_number_lead(m: re.Match[str], courts: CourtTable) -> tuple[int, 
         if token.strip("()") in courts.az_not_registers or _LOWER_RUN.search(token):
             return None
     prefix, chamber = m.group("prefix"), m.group("chamber")
+    if chamber and len(chamber) >= 4 and chamber[:4].isdigit() and reg not in _FOUR_DIGIT_CHAMBER_REGISTERS:
+        return None
     start = m.start()
     if prefix and prefix not in courts.az_prefixes:
         prefix, start = None, m.start("pre2") if m.group("pre2") else m.start("chamber") if chamber else m.start("reg")

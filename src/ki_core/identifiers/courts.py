@@ -31,6 +31,8 @@ class CourtTable:
     az_not_registers: frozenset[str]
     az_suffixes: tuple[str, ...]
     az_bracket_suffixes: tuple[str, ...]
+    az_outer_registers: tuple[str, ...]  # a court's register before a second one ("3 KLs" in "3 KLs 101 Js 4/18")
+    az_inner_registers: frozenset[str]  # the second register, which carries the number
     ecli_registers: dict[str, str]
     not_laws: frozenset[str]  # court codes, journals and company forms: never a law's abbreviation
 
@@ -55,6 +57,8 @@ def court_table() -> CourtTable:
         az_not_registers=frozenset(az["not_registers"]),
         az_suffixes=tuple(az["suffixes"]),
         az_bracket_suffixes=tuple(az["bracket_suffixes"]),
+        az_outer_registers=tuple(az["outer_registers"]),
+        az_inner_registers=frozenset(az["inner_registers"]),
         ecli_registers={k: v for k, v in raw["ecli_registers"].items() if not k.startswith("_")},
         not_laws=frozenset(
             [*raw["federal"], *raw["court_types"].values(), "ArbG", "LSG", "LAG"]

@@ -2,6 +2,12 @@
 
 The act patterns are also used by `law_names`, where an EU act closes a chain
 of articles ("Art. 6 Abs. 1 der Verordnung (EU) 2016/679").
+
+Implementing and delegated acts keep their own designation: "Durchführungsverordnung
+(EU) 2019/947" is "DVO (EU) 2019/947", "Delegierte Verordnung (EU) 2019/945" is
+"DelVO (EU) 2019/945", likewise DelRL and DurchfB (Durchführungsbeschluss). They share
+the CELEX number of the plain form, so `designation_variants` names the other forms of
+the same act for a query (an act cited as "Verordnung (EU) 2019/947" is the same act).
 """
 
 from __future__ import annotations
@@ -14,10 +20,18 @@ from .laws import Law, law_table
 from .model import Identifier
 from .spans import SpanIndex, at_word_start
 
+# Titles are also printed in capitals ("DELEGIERTE VERORDNUNG (EU) 2019/945"), so those spellings are listed.
+# A lower-case or English qualifier ("die delegierte Verordnung", "Implementing Regulation") is read before the
+# match (_QUALIFIER): in the alternation, a first letter as common as "d" makes this scan ten times slower.
 _EU_TYPE = (
-    r"(?P<type>Durchführungsverordnung|Delegierten?\s+Verordnung|Verordnung|VO|Richtlinie|RL|Rahmenbeschluss|"
-    r"Beschluss|Regulation|Directive|Decision)"
+    r"(?P<type>Durchführungsverordnung|DURCHFÜHRUNGSVERORDNUNG|Delegierten?\s+Verordnung|DELEGIERTEN?\s+VERORDNUNG|"
+    r"Verordnung|VERORDNUNG|Delegierten?\s+Richtlinie|DELEGIERTEN?\s+RICHTLINIE|Richtlinie|RICHTLINIE|"
+    r"Rahmenbeschluss|Durchführungsbeschluss|DURCHFÜHRUNGSBESCHLUSS|Beschluss|BESCHLUSS|"
+    r"Regulation|Directive|Decision|DurchführungsVO|DelVO|DVO|VO|RL)"
 )
+_QUALIFIER = re.compile(r"(?:(?P<delegated>delegierten?|Delegated)|(?P<implementing>Implementing))\s+\Z")
+_QUALIFIED = {("delegated", "VO"): "DelVO", ("delegated", "RL"): "DelRL", ("implementing", "VO"): "DVO",
+              ("implementing", "Beschluss"): "DurchfB"}
 _EU_ACT_CORE = (
     _EU_TYPE + r"\s*(?:\((?P<org>EU|EG|EWG|EC|EEC|Euratom|EGKS)\)\s*)?(?:(?P<nr>Nr\.?|No\.?)\s*)?"
     r"(?P<a>\d{1,4})/(?P<b>\d{1,4})(?:/(?P<suffix>EU|EG|EWG|EC|EEC|EGKS|Euratom))?(?![\d/])"
@@ -27,16 +41,31 @@ _EU_ACT_PATTERNS = (
     re.compile(_EU_ACT_CORE),
     re.compile(r"(?P<ba>\d\d(?:\d\d)?)/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"),  # "2009/24/EC"
     re.compile(r"(?:CELEX|celex|Celex)(?:-?Nr\.?)?(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"),
-    re.compile(r"eli/(?P<eli>reg|dir|dec)(?:_impl|_del)?/(?P<eli_year>\d{4})/(?P<eli_num>\d{1,4})(?!\d)"),
+    re.compile(r"eli/(?P<eli>(?:reg|dir|dec)(?:_impl|_del)?)/(?P<eli_year>\d{4})/(?P<eli_num>\d{1,4})(?!\d)"),
 )
+# an ordinal word before the act ("der Achten Richtlinie"), but "Delegierten" belongs to the act's type
 EU_ACT_AFTER = re.compile(
-    r"(?:(?:des|der|dem|den|einer|of(?:\s+the)?)\s+)?(?:(?:[A-ZÄÖÜ][a-zäöü]*ten|\d{1,2}\.)\s+)?" + _EU_ACT_CORE
+    r"(?:(?:des|der|dem|den|einer|of(?:\s+the)?)\s+)?(?:(?:(?!Delegierten\s)[A-ZÄÖÜ][a-zäöü]*ten|\d{1,2}\.)\s+)?"
+    r"(?:(?:Commission\s+)?(?:delegierten?|Delegated|Implementing)\s+)?" + _EU_ACT_CORE
 )
 EU_ACT_BEFORE = re.compile(_EU_ACT_CORE + r"\s*,?\s*\Z")
 _EU_CASE = re.compile(r"(?P<court>[CT])-(?P<num>\d{1,4})/(?P<yy>\d{2})(?![\d/])(?:\s?(?P<appeal>P)(?![\w]))?")
-_CELEX_TYPES = {"VO": "R", "RL": "L", "Beschluss": "D"}
-_DIRECTIVE_WORDS = frozenset({"Richtlinie", "RL", "Directive"})
-_DECISION_WORDS = frozenset({"Beschluss", "Decision", "Rahmenbeschluss"})
+# designation -> CELEX type letter; the first designation of a letter is the plain form a CELEX number alone gets
+_CELEX_TYPES = {"VO": "R", "DVO": "R", "DelVO": "R", "RL": "L", "DelRL": "L", "Beschluss": "D", "DurchfB": "D"}
+_PLAIN = {"R": "VO", "L": "RL", "D": "Beschluss"}
+_ELI_KINDS = {"reg": "VO", "reg_impl": "DVO", "reg_del": "DelVO", "dir": "RL", "dir_del": "DelRL",
+              "dec": "Beschluss", "dec_impl": "DurchfB"}
+_TYPE_WORDS = {
+    "verordnung": "VO", "vo": "VO", "regulation": "VO",
+    "durchführungsverordnung": "DVO", "durchführungsvo": "DVO", "dvo": "DVO", "implementing regulation": "DVO",
+    "delegierte verordnung": "DelVO", "delegierten verordnung": "DelVO", "delegated regulation": "DelVO",
+    "delvo": "DelVO",
+    "richtlinie": "RL", "rl": "RL", "directive": "RL",
+    "delegierte richtlinie": "DelRL", "delegierten richtlinie": "DelRL", "delegated directive": "DelRL",
+    "beschluss": "Beschluss", "decision": "Beschluss", "rahmenbeschluss": "Beschluss",
+    "durchführungsbeschluss": "DurchfB", "implementing decision": "DurchfB",
+}
+_DESIGNATION = re.compile(r"(?P<kind>" + "|".join(sorted(_CELEX_TYPES, key=len, reverse=True)) + r")(?= )")
 _CELEX = re.compile(r"(?P<sector>3)(?P<year>\d{4})(?P<type>[RLD])(?P<num>\d{1,4})")
 
 
@@ -52,11 +81,13 @@ def _eu_act_identifiers(text: str, matches: list[re.Match[str]]) -> Iterator[Ide
             continue
         act = eu_act_from_match(m)
         if act is not None:
+            q = qualifier_before(m) if groups.get("type") else None
+            start = q.start() if q else m.start()
             yield Identifier(
                 kind="eu_reference",
                 normalized=act.citation,
-                as_written=m.group(),
-                start=m.start(),
+                as_written=text[start : m.end()],
+                start=start,
                 end=m.end(),
                 law=act.citation,
                 celex=act.celex,
@@ -69,25 +100,36 @@ def eu_act_from_match(m: re.Match[str]) -> Law | None:
         c = _CELEX.fullmatch(groups["celex"])
         if c is None:
             return None
-        kind = {v: k for k, v in _CELEX_TYPES.items()}[c.group("type")]
-        return _eu_act(kind, int(c.group("year")), int(c.group("num")), None)
+        return _eu_act(_PLAIN[c.group("type")], int(c.group("year")), int(c.group("num")), None)
     if groups.get("eli"):
-        kind = {"reg": "VO", "dir": "RL", "dec": "Beschluss"}[groups["eli"]]
-        return _eu_act(kind, int(groups["eli_year"]), int(groups["eli_num"]), None)
+        return _eu_act(_ELI_KINDS[groups["eli"]], int(groups["eli_year"]), int(groups["eli_num"]), None)
     if groups.get("ba"):
         return _eu_act("RL", _year4(groups["ba"]), int(groups["bb"]), groups["bsuffix"])
-    kind_word, org, a, b = groups["type"], groups["org"], groups["a"], groups["b"]
-    if kind_word in _DECISION_WORDS and not (org or groups["suffix"]):
+    kind = _qualified(m, _TYPE_WORDS[" ".join(groups["type"].split()).casefold()])
+    org, a, b = groups["org"], groups["a"], groups["b"]
+    if _CELEX_TYPES[kind] == "D" and not (org or groups["suffix"]):
         return None  # "Beschluss 1/19" is a court's decision, not the EU's
-    if kind_word in _DIRECTIVE_WORDS or kind_word in _DECISION_WORDS:
-        kind = "RL" if kind_word in _DIRECTIVE_WORDS else "Beschluss"
+    if _CELEX_TYPES[kind] != "R":
         return _eu_act(kind, _year4(a), int(b), groups["suffix"] or org)  # directives and decisions: year/number
     # regulations: number/year until 2014 ("Nr. 1215/2012"), year/number since 2015 ("2016/679")
     if not groups["nr"] and len(a) == 4 and 2015 <= int(a) <= 2099 and org in (None, "EU"):
-        return _eu_act("VO", int(a), int(b), org)
+        return _eu_act(kind, int(a), int(b), org)
     if len(b) not in (2, 4):
         return None
-    return _eu_act("VO", _year4(b), int(a), org)
+    return _eu_act(kind, _year4(b), int(a), org)
+
+
+def _qualified(m: re.Match[str], kind: str) -> str:
+    """ "die delegierte Verordnung", "Commission Implementing Regulation": the word before the type decides."""
+    q = qualifier_before(m)
+    if q is None:
+        return kind
+    return _QUALIFIED.get(("delegated" if q.group("delegated") else "implementing", kind), kind)
+
+
+def qualifier_before(m: re.Match[str]) -> re.Match[str] | None:
+    type_start = m.start("type")
+    return _QUALIFIER.search(m.string, max(0, type_start - 14), type_start)
 
 
 def _year4(year: str) -> int:
@@ -110,16 +152,30 @@ def _eu_act(kind: str, year: int, number: int, org: str | None) -> Law:
     if known is not None:
         return known
     short_year = str(year)[2:] if year < 1999 else str(year)
-    if kind == "VO":
+    if _CELEX_TYPES[kind] == "R":
         if year >= 2015:
-            designation = f"VO (EU) {year}/{number}"
+            designation = f"{kind} (EU) {year}/{number}"
         else:
-            designation = f"VO ({_eu_org(org, year)}) Nr. {number}/{short_year}"
+            designation = f"{kind} ({_eu_org(org, year)}) Nr. {number}/{short_year}"
     elif year >= 2015:
         designation = f"{kind} (EU) {year}/{number}"
     else:
         designation = f"{kind} {short_year}/{number}/{_eu_org(org, year)}"
     return Law(abbr=designation, celex=celex, cite_as=designation)
+
+
+def designation_variants(citation: str) -> tuple[str, ...]:
+    """The same act under its sibling designations: "DVO (EU) 2019/947" -> VO and DelVO forms.
+
+    Since 2015 one number series per year covers every regulation (directive, decision), and
+    before that the number series was per CELEX type as well, so the variants name one act.
+    """
+    m = _DESIGNATION.match(citation)
+    if m is None:
+        return ()
+    letter = _CELEX_TYPES[m.group("kind")]
+    rest = citation[m.end() :]
+    return tuple(k + rest for k, t in _CELEX_TYPES.items() if t == letter and k != m.group("kind"))
 
 
 def dedupe_eu_acts(acts: list[Identifier], statutes: list[Identifier]) -> list[Identifier]:

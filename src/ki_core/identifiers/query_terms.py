@@ -10,6 +10,12 @@ which documents and statute sections cite or carry as a whole. A short query tha
 one pasted string the extractor does not know (an internal file number given in a
 manifest) is asked for as a whole value too.
 
+Two spellings of one identifier are asked for together, so documents indexed before
+and after a change of normal form still match: an EU act under its sibling
+designations ("DVO (EU) 2019/947" also as "VO (EU) 2019/947", the form a CELEX number
+alone or an older extractor gives), and a case number with two registers also as the
+part that carries the number ("3 KLs 101 Js 47753/18" also as "101 Js 47753/18").
+
 EXTRACTOR_VERSION names this behaviour in the index signature: when the extractor
 changes what it finds, indexed values and query values could disagree, and a changed
 signature means `ki reindex`, not silent misses.
@@ -17,7 +23,10 @@ signature means `ki reindex`, not silent misses.
 
 from __future__ import annotations
 
+from .case_numbers import core_case_number
+from .eu import designation_variants
 from .extraction import extract
+from .model import Identifier
 
 EXTRACTOR_VERSION = 1
 EXACT_WEIGHT = 2.0
@@ -33,14 +42,25 @@ def query_identifier_terms(query: str) -> IdentifierTerms:
     """(value, weight) pairs for the identifier leg, strongest first; () when the query holds none."""
     terms: dict[str, float] = {}
     for found in extract(query):
-        terms[found.normalized] = max(terms.get(found.normalized, 0.0), EXACT_WEIGHT)
-        section = section_value(found.kind, found.section, found.law)
-        if section and section != found.normalized:
-            terms.setdefault(section, SECTION_WEIGHT)
+        for value in (found.normalized, *same_identifier(found)):
+            terms[value] = max(terms.get(value, 0.0), EXACT_WEIGHT)
+        for law in (found.law, *designation_variants(found.law or "")):
+            section = section_value(found.kind, found.section, law)
+            if section and section != found.normalized:
+                terms.setdefault(section, SECTION_WEIGHT)
+        if found.kind == "case_number" and (core := core_case_number(found.normalized)):
+            terms.setdefault(core, SECTION_WEIGHT)
     pasted = " ".join(query.split())
     if _looks_pasted(pasted):
         terms.setdefault(pasted, EXACT_WEIGHT)
     return tuple(sorted(terms.items(), key=lambda item: (-item[1], item[0])))
+
+
+def same_identifier(found: Identifier) -> tuple[str, ...]:
+    """The other normalized forms of the same identifier: an EU act's sibling designations."""
+    if found.kind != "eu_reference" or not found.law:
+        return ()
+    return tuple(found.normalized.replace(found.law, variant) for variant in designation_variants(found.law))
 
 
 def section_value(kind: str, section: str | None, law: str | None) -> str | None:

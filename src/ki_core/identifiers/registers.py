@@ -25,7 +25,38 @@ def _register_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[s
     return number, cue, court
 
 
+# "Handelsregister B des Amtsgerichts Nürnberg unter Nummer 39667": the department named in words, the number bare
+_LONG_FORM = re.compile(
+    r"Handelsregisters?\b(?P<between>[^\d\n]{0,80}?)\bunter\s+(?:der\s+)?(?:Nummer|Nr\.?)\s*(?P<num>\d{1,7})(?![\w./])"
+)
+_DEPARTMENT = re.compile(r"(?:\A|\s)(?:Abteilung\s+|Abt\.\s*)?(?P<abt>[AB])(?=[\s,])")
+
+
 def scan_registers(text: str) -> Iterator[Identifier]:
+    yield from _short_forms(text)
+    yield from _long_forms(text)
+
+
+def _long_forms(text: str) -> Iterator[Identifier]:
+    """Only with the department (A or B) named: "Handelsregister des Amtsgerichts X unter Nummer 5" is either."""
+    for m in _LONG_FORM.finditer(text):
+        department = _DEPARTMENT.search(m.group("between"))
+        if department is None:
+            continue
+        register = "HR" + department.group("abt")
+        yield Identifier(
+            kind="register_number",
+            normalized=f"{register} {m.group('num')}",
+            as_written=m.group(),
+            start=m.start(),
+            end=m.end(),
+            register_type=register,
+            number=m.group("num"),
+            court=_register_court(text, m.start("num"), m.end()),  # the court named inside the long form
+        )
+
+
+def _short_forms(text: str) -> Iterator[Identifier]:
     courts = court_table()
     number_re, cue_re, _ = _register_patterns()
     for m in number_re.finditer(text):
