@@ -45,9 +45,10 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import backends
-from sqlalchemy import Engine, create_engine, event, insert, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from ki_core.bulk_rows import write_rows
 from ki_core.config import Settings
 from ki_core.db import make_engine, session_factory
 from ki_core.embedding import HashingEmbedder
@@ -243,17 +244,13 @@ def fresh_database(url: str | None, folder: Path) -> Iterator[str]:
 
 
 def write_sql(engine: Engine, rows: Rows) -> None:
-    """Multi-row INSERTs, one transaction per table: the access-summary triggers are statement-level on
-    PostgreSQL, so a driver executemany (one statement per row) would refresh the summary per row."""
+    """Each table through the product's bulk writer (COPY on PostgreSQL, executemany on SQLite), one
+    transaction per table: the access-summary triggers are statement-level on PostgreSQL, so one COPY
+    refreshes the summary once, where row-by-row INSERTs would refresh it per row."""
     order = [Source, Project, Document, DocumentVersion, SourceObject, SourceObservation, Chunk, GroupMembership, Grant]
     for model in order:
-        table_rows = rows.tables.get(model, [])
-        columns = sorted({column for row in table_rows for column in row})
-        per_statement = max(1, 20_000 // max(1, len(columns)))
         with engine.begin() as conn:
-            for start in range(0, len(table_rows), per_statement):
-                batch = [{c: row.get(c) for c in columns} for row in table_rows[start : start + per_statement]]
-                conn.execute(insert(model.__table__).values(batch))
+            write_rows(conn, model, rows.tables.get(model, []))
         analyze(engine)
     with engine.begin() as conn:  # every document's last version is its final one
         conn.execute(text(
@@ -261,7 +258,7 @@ def write_sql(engine: Engine, rows: Rows) -> None:
             " WHERE v.document_id = documents.id ORDER BY v.seq DESC LIMIT 1)"
         ))
         if conn.execute(text("SELECT 1 FROM access_generation")).first() is None:
-            conn.execute(insert(AccessGeneration.__table__).values(id=1, generation=1))
+            write_rows(conn, AccessGeneration, [{"id": 1, "generation": 1}])
     analyze(engine)
 
 

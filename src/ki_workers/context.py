@@ -35,6 +35,8 @@ class WorkerContext:
     pending_versions: list[str] | None = None
     pending_deletes: list[int] = field(default_factory=list)
     pending_since: float | None = None
+    # Chunk drafts (stages.embed_index.VersionDrafts) waiting to be embedded and stored with that write.
+    pending_drafts: list = field(default_factory=list)
     # In-process batch work (a folder sync) watches a long file's chunks being embedded: (done, total).
     embed_progress: Callable[[int, int], None] | None = None
 

@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, defer
 
 from ki_core.acl import access_projection, in_set, principal_aliases
+from ki_core.bulk_rows import write_rows
 from ki_core.config import Settings
 from ki_core.models import (
     Chunk,
@@ -145,20 +146,60 @@ def _known_node(session: Session, node_id: str | None) -> str | None:
 # ------------------------------------------------------------------ embedding
 
 
+@dataclass(frozen=True)
+class VersionDrafts:
+    """A version's chunk drafts, read in phase 1 and waiting to be embedded and stored."""
+
+    version_id: str
+    document_id: str
+    drafts: list[ChunkDraft]
+
+
+# Inside deferred_index_writes, a version of at most this many chunks waits to be embedded and
+# stored with the others (one embedder call, one transaction); a longer one is embedded at once,
+# in steps its watcher sees. Hashing, 75 files: one call and one transaction per file cost more
+# than the embedder itself.
+DEFERRED_MAX_CHUNKS = 64
+
+
 def embed_version(ctx: WorkerContext, version_id: str) -> EmbedResult:
-    """Phase 1: chunk rows with their embeddings in SQL. Embeds outside any transaction."""
+    """Phase 1: chunk rows with their embeddings in SQL. Embeds outside any transaction.
+
+    Inside `deferred_index_writes(ctx)` a short version's drafts wait for the
+    shared write (the index write that follows waits too); its removed chunk
+    ids then go with that write, not into the result.
+    """
     with ctx.sessions() as session:
-        version = session.get(DocumentVersion, version_id)
-        if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
-            return EmbedResult(version_id, 0, ())
-        document_id = version.document_id
-        drafts = draft_chunks(session, version, ctx.settings)
+        drafted = draft_version(session, version_id, ctx.settings)
+    if drafted is None:
+        return EmbedResult(version_id, 0, ())
+    if ctx.pending_versions is not None and len(drafted.drafts) <= DEFERRED_MAX_CHUNKS:
+        ctx.pending_drafts.append(drafted)
+        return EmbedResult(version_id, len(drafted.drafts), ())
+    return store_embeddings(ctx, [drafted], ctx.embed_progress)[0]
+
+
+def draft_version(session: Session, version_id: str, settings: Settings) -> VersionDrafts | None:
+    """The drafts of a version that has text and did not fail; None for any other."""
+    version = session.get(DocumentVersion, version_id)
+    if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
+        return None
+    return VersionDrafts(version_id, version.document_id, draft_chunks(session, version, settings))
+
+
+def store_embeddings(ctx: WorkerContext, drafted: list[VersionDrafts], progress=None) -> list[EmbedResult]:
+    """Embed the drafts of all versions in one embedder call, then replace their chunk rows in one transaction."""
     embedder = ctx.embedder()
-    vectors = _embed_passages(embedder, [d.model_input for d in drafts], ctx.embed_progress)
+    inputs = [draft.model_input for item in drafted for draft in item.drafts]
+    vectors = _embed_passages(embedder, inputs, progress)
     with ctx.sessions() as session, session.begin():
-        removed = _store_chunks(session, version_id, document_id, drafts, vectors, embedder.signature)
-        removed += _drop_stale_profiles(session, document_id)
-    return EmbedResult(version_id, len(drafts), tuple(removed))
+        removed = _store_chunks(session, drafted, vectors, embedder.signature)
+        stale = _drop_stale_profiles(session, {item.document_id for item in drafted})
+    results = []
+    for item in drafted:
+        gone = removed.get(item.version_id, []) + stale.pop(item.document_id, [])
+        results.append(EmbedResult(item.version_id, len(item.drafts), tuple(gone)))
+    return results
 
 
 # A long file is embedded this many chunks at a time when someone watches (ctx.embed_progress).
@@ -178,56 +219,68 @@ def _embed_passages(embedder, inputs: list[str], progress) -> np.ndarray:
     return np.vstack(parts)
 
 
-def _store_chunks(session: Session, version_id: str, document_id: str, drafts: list[ChunkDraft],
-                  vectors: np.ndarray, signature: str) -> list[int]:
-    """Replace the version's chunk rows by the drafts; returns the ids that no longer exist.
+def _store_chunks(session: Session, drafted: list[VersionDrafts], vectors: np.ndarray,
+                  signature: str) -> dict[str, list[int]]:
+    """Replace the versions' chunk rows by their drafts; returns, per version, the ids that no longer exist.
 
     Ids are deterministic (version, ordinal), so a re-run writes the same rows;
-    one DELETE and one multi-row INSERT keep this at two statements per version.
+    one DELETE and one bulk write (ki_core.bulk_rows) however many versions.
     """
-    wanted = {chunk_id(version_id, d.ordinal) for d in drafts}
-    existing = session.scalars(select(Chunk.id).where(Chunk.version_id == version_id)).all()
+    version_ids = [item.version_id for item in drafted]
+    existing = session.execute(select(Chunk.version_id, Chunk.id).where(in_set(Chunk.version_id, version_ids))).all()
     if existing:
-        session.execute(delete(Chunk).where(Chunk.version_id == version_id))
+        session.execute(delete(Chunk).where(in_set(Chunk.version_id, version_ids)))
+    created_at = utcnow()
+    pairs = [(item, draft) for item in drafted for draft in item.drafts]
     rows = [
-        {
-            "id": chunk_id(version_id, draft.ordinal),
-            "version_id": version_id,
-            "document_id": document_id,
-            "ordinal": draft.ordinal,
-            "kind": draft.kind,
-            "text": draft.text,
-            "text_hash": text_hash(draft.model_input),
-            "char_start": draft.char_start,
-            "char_end": draft.char_end,
-            "locus": draft.locus,
-            "clause_type_id": draft.clause_type_id,
-            "embedding": np.asarray(vector, dtype=np.float32).tobytes(),
-            "embedding_signature": signature,
-            "created_at": utcnow(),
-        }
-        for draft, vector in zip(drafts, vectors, strict=True)
+        _chunk_row(item, draft, vector, signature, created_at)
+        for (item, draft), vector in zip(pairs, vectors, strict=True)
     ]
-    if rows:
-        session.execute(insert(Chunk), rows)
-    return [cid for cid in existing if cid not in wanted]
+    write_rows(session, Chunk, rows)
+    wanted = {row["id"] for row in rows}
+    removed: dict[str, list[int]] = {}
+    for version_id, cid in existing:
+        if cid not in wanted:
+            removed.setdefault(version_id, []).append(cid)
+    return removed
 
 
-def _drop_stale_profiles(session: Session, document_id: str) -> list[int]:
-    """Only the latest final version carries a profile row; older ones are removed."""
-    latest_final = select(Document.latest_final_version_id).where(Document.id == document_id).scalar_subquery()
-    stale = list(
-        session.scalars(
-            select(Chunk.id).where(
-                Chunk.document_id == document_id,
-                Chunk.kind == ChunkKind.PROFILE,
-                Chunk.version_id != func.coalesce(latest_final, ""),
-            )
+def _chunk_row(item: VersionDrafts, draft: ChunkDraft, vector, signature: str, created_at) -> dict:
+    return {
+        "id": chunk_id(item.version_id, draft.ordinal),
+        "version_id": item.version_id,
+        "document_id": item.document_id,
+        "ordinal": draft.ordinal,
+        "kind": draft.kind,
+        "text": draft.text,
+        "text_hash": text_hash(draft.model_input),
+        "char_start": draft.char_start,
+        "char_end": draft.char_end,
+        "locus": draft.locus,
+        "clause_type_id": draft.clause_type_id,
+        "embedding": np.asarray(vector, dtype=np.float32).tobytes(),
+        "embedding_signature": signature,
+        "created_at": created_at,
+    }
+
+
+def _drop_stale_profiles(session: Session, document_ids: set[str]) -> dict[str, list[int]]:
+    """Only the latest final version carries a profile row; older ones are removed (per document)."""
+    stale = session.execute(
+        select(Chunk.document_id, Chunk.id)
+        .join(Document, Document.id == Chunk.document_id)
+        .where(
+            in_set(Chunk.document_id, document_ids),
+            Chunk.kind == ChunkKind.PROFILE,
+            Chunk.version_id != func.coalesce(Document.latest_final_version_id, ""),
         )
-    )
+    ).all()
     if stale:
-        session.execute(delete(Chunk).where(Chunk.id.in_(stale)))
-    return stale
+        session.execute(delete(Chunk).where(Chunk.id.in_([cid for _, cid in stale])))
+    by_document: dict[str, list[int]] = {}
+    for document_id, cid in stale:
+        by_document.setdefault(document_id, []).append(cid)
+    return by_document
 
 
 # ------------------------------------------------------------------ indexing
@@ -384,14 +437,14 @@ def deferred_index_writes(ctx: WorkerContext) -> Iterator[None]:
     with `flush_if_waiting`), and at the end. Watermarks are recorded only
     after the write, so a crash or Ctrl-C repeats work, never skips it.
     """
-    ctx.pending_versions, ctx.pending_deletes, ctx.pending_since = [], [], None
+    ctx.pending_versions, ctx.pending_deletes, ctx.pending_since, ctx.pending_drafts = [], [], None, []
     try:
         yield
     finally:
         try:
             flush_deferred_index_writes(ctx)
         finally:
-            ctx.pending_versions = None
+            ctx.pending_versions, ctx.pending_drafts = None, []
 
 
 def index_versions(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...] = ()) -> IndexPlan | None:
@@ -422,6 +475,11 @@ def flush_if_waiting(ctx: WorkerContext, *, before_long_work: bool = False) -> N
 
 
 def flush_deferred_index_writes(ctx: WorkerContext) -> None:
+    """Store the waiting drafts' chunk rows, then write the waiting versions to the index (in that order:
+    the index is written from the stored rows)."""
+    drafted, ctx.pending_drafts = ctx.pending_drafts, []
+    for result in store_embeddings(ctx, drafted) if drafted else ():
+        ctx.pending_deletes.extend(result.removed_chunk_ids)
     versions, deletes = ctx.pending_versions or [], ctx.pending_deletes
     ctx.pending_since = None
     if not versions and not deletes:
