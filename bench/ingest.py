@@ -7,6 +7,10 @@ everything else, and the embedder alone on the very same inputs.
 
     .venv/bin/python bench/ingest.py                       # hashing, use-multilingual, e5-small
     .venv/bin/python bench/ingest.py --embedders hashing --statute-sections 400
+    .venv/bin/python bench/ingest.py --embedders hashing --database-url postgresql+psycopg://postgres@127.0.0.1:5432/test
+
+With --database-url (a PostgreSQL server) each embedder's run gets a database of its own, created
+and dropped here; the index stays the embedded one.
 """
 
 from __future__ import annotations
@@ -89,12 +93,16 @@ def warm_up(ctx, folder: Path, sync_folder) -> None:
     sync_folder(ctx, folder, "bench-warm-up")
 
 
-def run(provider: str, corpus: Path, workdir: Path, alone_runs: int = 2) -> dict:
-    os.environ.update(
-        KI_STATE_DIR=str(workdir / provider),
-        KI_EMBEDDING__PROVIDER=provider,
-        KI_DATABASE__URL=f"sqlite:///{workdir / provider / 'ki.db'}",
-    )
+def run(provider: str, corpus: Path, workdir: Path, alone_runs: int = 2, database_url: str | None = None) -> dict:
+    from query import fresh_database
+
+    (workdir / provider).mkdir(parents=True, exist_ok=True)
+    with fresh_database(database_url, workdir / provider) as url:
+        os.environ.update(KI_STATE_DIR=str(workdir / provider), KI_EMBEDDING__PROVIDER=provider, KI_DATABASE__URL=url)
+        return measure(provider, corpus, workdir, alone_runs)
+
+
+def measure(provider: str, corpus: Path, workdir: Path, alone_runs: int) -> dict:
     from ki.commands.store import prepare_store
     from ki_core.config import get_settings
     from ki_core.embedding import CachedEmbedder, VectorCacheFile, uncached_embedder
@@ -153,13 +161,15 @@ def main() -> None:
     parser.add_argument("--statute-sections", type=int, default=600, help="How many § of the statute file to add.")
     parser.add_argument("--sections-per-file", type=int, default=10, help="§ per statute document (1: a file per §).")
     parser.add_argument("--alone-runs", type=int, default=2, help="Runs of the embedder alone to average.")
+    parser.add_argument("--database-url", default=None,
+                        help="a PostgreSQL server (the bench creates and drops its databases); default: a SQLite file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ki-bench-ingest-") as tmp:
         workdir = Path(tmp)
         corpus = workdir / "corpus"
         files = build_corpus(corpus, args.decisions, args.statutes, args.statute_sections, args.sections_per_file)
         print(f"corpus: {files} files in {corpus}", file=sys.stderr)
-        rows = [run(provider, corpus, workdir, args.alone_runs) for provider in args.embedders.split(",")]
+        rows = [run(provider, corpus, workdir, args.alone_runs, args.database_url) for provider in args.embedders.split(",")]
     header = f"{'embedder':<18}{'docs':>6}{'chunks':>8}{'total s':>9}{'docs/s':>8}{'chunks/s':>10}{'embed s':>9}{'other s':>9}{'alone c/s':>11}{'ratio':>7}"
     print(header)
     for r in rows:
@@ -178,7 +188,8 @@ def main() -> None:
             f"{r['embedder']:<18}{r['cpu_s']:>8.1f}{r['embedding_cpu_s']:>11.1f}{r['cpu_s'] - r['embedding_cpu_s']:>11.1f}"
             f"{r['chunks'] / r['cpu_s']:>14.1f}{r['alone_cpu_s']:>11.1f}{cpu_ratio:>11.2f}"
         )
-    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"SQL: {'PostgreSQL' if args.database_url else 'SQLite'}; "
+          f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

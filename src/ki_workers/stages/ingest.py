@@ -171,7 +171,7 @@ def ingest_bytes(
     annexes = store_attachments(session, project, document, stored, mail_name=name)
     touched, retired = observe(session, [s.version for s in (stored, *annexes)], obj, new_object=new_object)
     if stored.converted is not None:
-        refresh_latest_final(session, document)
+        refresh_latest_final(session, document, only=stored.version if new_document else None)
     stale = inherit_mail_denies(session, document.id, [s.version.document_id for s in annexes])
     if stale:
         retire_access_versions(session, [s.version.id for s in annexes if s.version.document_id in stale])
@@ -370,8 +370,15 @@ def retire_access_versions(session: Session, version_ids: list[str]) -> None:
     bump_access_generation(session)
 
 
-def refresh_latest_final(session: Session, document: Document) -> str | None:
-    """The newest final or executed version that converted; collapse uses it as tiebreak."""
+def refresh_latest_final(session: Session, document: Document, *, only: DocumentVersion | None = None) -> str | None:
+    """The newest final or executed version that converted; collapse uses it as tiebreak.
+
+    `only`: the document's one version, converted now (a first sighting), so there is nothing to read.
+    """
+    if only is not None:
+        document.latest_final_version_id = only.id if only.status in FINAL_STATUSES else None
+        session.flush()
+        return document.latest_final_version_id
     latest = session.scalar(
         select(DocumentVersion.id)
         .where(

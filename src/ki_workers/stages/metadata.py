@@ -298,7 +298,11 @@ def find_doc_date(text: str, doc_type: str | None = None) -> date | None:
     place-and-date lines, a date field, a dated heading, a date alone in the
     letterhead. `doc_type` is classified here when the caller does not pass it.
     """
-    doc_type = doc_type or classify_doc_type(text)
+    return doc_date_of_type(text, doc_type or classify_doc_type(text))
+
+
+def doc_date_of_type(text: str, doc_type: str | None) -> date | None:
+    """find_doc_date for a text already classified (None: no type): classifying costs as much as the dates."""
     rules = [_mail_header_date, _place_date, _field_date, _heading_date, _letterhead_date]
     if doc_type and doc_type.startswith("doc_type:decision"):
         rules.insert(0, _decision_date)
@@ -840,6 +844,8 @@ class RuleBasedExtractor:
         from ki_core.identifiers import extract as extract_identifiers
 
         identifiers = extract_identifiers(text)
+        # Classified once: find_doc_date would classify again without the title, to the same type
+        # (a title only adds a candidate heading), at the cost of the date rules themselves.
         doc_type = classify_doc_type(text, title)
         is_contract = bool(doc_type) and doc_type.startswith("doc_type:contract")
         return DocumentMetadata(
@@ -849,7 +855,7 @@ class RuleBasedExtractor:
             reference_numbers=find_reference_numbers(text, (i.normalized for i in identifiers if i.kind == "case_number")),
             parties=find_parties(text, doc_type),
             identifiers=_unique(i.normalized for i in identifiers),
-            doc_date=find_doc_date(text, doc_type),
+            doc_date=doc_date_of_type(text, doc_type),
             language=detect_language(text),
             notable_clauses=find_clauses(text) if is_contract else [],
         )
