@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from ki_core.search.types import Leg, MultiSearchRequest, ScopeFilter, SearchFil
 from ki_query.federation.corpus_loader import SECTION_KIND, UNIT_KIND, section_key
 from ki_query.federation.corpus_units import Hit, UnitStore, unit_hit
 from ki_query.federation.providers import expand_sections
+from ki_query.law_prior import LawPrior, boosted, corpus_prior
 from ki_query.federation.ranking import (
     FOUND,
     FOUND_LEVEL,
@@ -55,6 +57,8 @@ class HybridWeights:
     section_weight: a chunk's score is the RRF of its own ranks plus this times the RRF of its
     section's ranks (passage and document evidence interpolated; 1.0 weighs them equally).
     0 ranks chunks alone.
+    law_prior: each fused score times 1 + this x P(law of the hit | question) (law_prior.py);
+    0, the default here, is the plain hybrid (the setting retrieval.law_prior_strength turns it on).
     """
 
     lexical: float = 1.0
@@ -62,6 +66,7 @@ class HybridWeights:
     identifier: float = 1.5
     rrf_k: int = 60
     section_weight: float = 1.0
+    law_prior: float = 0.0
 
     def of(self, leg: Leg) -> float:
         return {Leg.LEXICAL: self.lexical, Leg.SEMANTIC: self.semantic, Leg.IDENTIFIER: self.identifier}[leg]
@@ -117,6 +122,7 @@ class CorpusRetriever:
         default_container: str | None = None,
         weights: HybridWeights | None = None,
         negative_threshold: float | None = None,
+        law_prior_dir: Path | None = None,
     ):
         self.corpus_id = corpus_id
         self.index = index
@@ -128,6 +134,8 @@ class CorpusRetriever:
         self.negative_threshold = negative_threshold or negative_threshold_for(embedder.signature)
         # OpenSearch scores kNN as (1 + cos) / 2; the embedded backend returns the cosine itself.
         self._cosine: Callable[[float], float] = getattr(index, "cosine", lambda score: score)
+        self.law_prior_dir = law_prior_dir
+        self._law_prior: LawPrior | None = None
 
     # ---------------------------------------------------------------- query
 
@@ -151,7 +159,7 @@ class CorpusRetriever:
         lookups = self.section_lookups(question, where, named) if Leg.IDENTIFIER in legs else []
         rankings = self._leg_rankings(question, vector, legs, where, fetch_k or oversampled_window(top_k))
         taken = {h["metadata"]["text_hash"] for h in lookups}
-        ranked = self._ranked_hits(rankings, skip_hashes=taken)
+        ranked = self._ranked_hits(rankings, skip_hashes=taken, laws=self.law_distribution(question))
         hits = (lookups + ranked)[:top_k]
         if include_neighbors:
             hits = self._with_neighbors(hits)
@@ -190,6 +198,14 @@ class CorpusRetriever:
             rankings.section_lexical = [_section_of_key(h.document_version_id) for h in sections.hits(Leg.LEXICAL)]
         return rankings
 
+    def law_distribution(self, question: str) -> dict[str, float]:
+        """P(law | question) from the corpus's own text; empty when the prior is off or one law is all."""
+        if self.weights.law_prior <= 0 or len(self.containers) < 2:
+            return {}
+        if self._law_prior is None:
+            self._law_prior = corpus_prior(self.units.in_force_texts(), self.law_prior_dir)
+        return self._law_prior.distribution(question)
+
     def _filters(self, where: Mapping[str, Any] | None) -> tuple[ScopeFilter, SearchFilters]:
         where = dict(where or {})
         unknown = set(where) - WHERE_KEYS
@@ -209,13 +225,16 @@ class CorpusRetriever:
         )
         return scope, filters
 
-    def _ranked_hits(self, rankings: LegRankings, *, skip_hashes: set[str]) -> list[Hit]:
+    def _ranked_hits(
+        self, rankings: LegRankings, *, skip_hashes: set[str], laws: Mapping[str, float] | None = None
+    ) -> list[Hit]:
         """Absätze by RRF of their own ranks plus section_weight x RRF of their section's ranks.
 
         A section's rank in a leg is its natural document-level score: BM25 over the whole §
         for the lexical leg (query words spread over several Absätze add up), and its best
         Absatz for the semantic and identifier legs (max-passage). A § counts once per leg,
-        so a long § with many weak matches gains nothing from its length.
+        so a long § with many weak matches gains nothing from its length. With `laws` (the law
+        prior), the fused score is then lifted by the probability of the hit's law.
         """
         units = self.units.by_chunk_ids(cid for ranking in rankings.absaetze.values() for cid, _ in ranking)
         candidates: dict[int, Candidate] = {}
@@ -236,6 +255,8 @@ class CorpusRetriever:
                 continue
             evidence = section_score.get((unit.container_id, unit.section_id), 0.0)
             score = candidate.score + self.weights.section_weight * evidence
+            if laws:
+                score = boosted(score, laws.get(unit.container_id, 0.0), self.weights.law_prior)
             hits.append(unit_hit(unit, score=score, rank_score=candidate.cosine, kinds=candidate.kinds))
         hits.sort(key=lambda h: h["score"], reverse=True)
         return hits

@@ -54,6 +54,14 @@ class UnitStore:
             return exact
         return units
 
+    def in_force_texts(self) -> list[tuple[str, str, str]]:
+        """(container, text hash, text) of every in-force unit: what the law prior learns from."""
+        query = select(CorpusUnit.container_id, CorpusUnit.text_hash, CorpusUnit.text).where(
+            CorpusUnit.corpus_id == self.corpus_id, CorpusUnit.repealed.is_(False)
+        )
+        with self.sessions() as session:
+            return [tuple(row) for row in session.execute(query)]
+
     def sections(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], list[CorpusUnit]]:
         """(container, section) -> its units in text order, for neighbours and section structure."""
         wanted = set(keys)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -281,6 +282,7 @@ class CorpusRegistry:
             containers=spec.containers,
             default_container=spec.default_container,
             weights=self.weights or weights_from_settings(self.settings),
+            law_prior_dir=Path(self.settings.state_dir) / "law-prior",
         )
 
     # ------------------------------------------------------------ checks
@@ -327,6 +329,7 @@ def weights_from_settings(settings: Settings) -> HybridWeights:
         semantic=retrieval.weight_semantic,
         identifier=retrieval.weight_identifier,
         rrf_k=retrieval.fusion_rrf_k,
+        law_prior=retrieval.law_prior_strength,
     )
 
 
