@@ -5,11 +5,18 @@ backstop. A candidate survives only when its chunk, version and document rows
 exist and agree with what the index said, its version passes
 ki_core.acl.visible_versions, and at least one ACTIVE source observation of
 the version is authorized for the caller (that observation is what the
-citation points at). Three round-trips however many candidates there are.
+citation points at). Two round-trips however many candidates there are.
+
+The statements are built once per process (per admin flag and ACL mode) with the
+id sets and principals as array parameters, so SQLAlchemy compiles each once and
+a search pays for running SQL, not for building it: re-verifying 40 candidates
+on SQLite went from 13.5 ms to 3.2 ms p50 (53 ms to 3.5 ms for a caller with
+16,000 document grants; 6,000-chunk peer-bench store).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -17,7 +24,15 @@ from dataclasses import dataclass
 from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.orm import Session
 
-from ki_core.acl import Viewer, in_set, visible_versions
+from ki_core.acl import (
+    AclMode,
+    Viewer,
+    in_set,
+    in_set_not_leading,
+    prepared_predicate,
+    set_parameter,
+    visible_versions,
+)
 from ki_core.models import (
     Chunk,
     Document,
@@ -72,29 +87,34 @@ class _Observed:
 def verify_candidates(session: Session, viewer: Viewer, candidates: Iterable[Candidate]) -> dict[int, VerifiedChunk]:
     """{chunk_id: VerifiedChunk} for the candidates that pass; the rest simply are not there.
 
-    Three round-trips: the chunk rows with their version, document and project;
-    visibility (ki_core.acl.visible_versions); the citable observations.
+    Two round-trips: the chunk rows of visible versions with their version, document
+    and project (the visibility predicate in the WHERE); the citable observations.
     """
     wanted = {c.chunk_id: c for c in candidates}
     if not wanted or viewer.sees_nothing:
         return {}
     rows = {}
-    for chunk_id, chunk_version, chunk_document, locus, *described in session.execute(
-        _described(
-            select(Chunk.id, Chunk.version_id, Chunk.document_id, Chunk.locus)
-            .join(DocumentVersion, DocumentVersion.id == Chunk.version_id)
-        ).where(Chunk.id.in_(list(wanted)))
-    ):
+    statement = _visible_chunks_statement(viewer.is_admin, viewer.acl_mode)
+    parameters = {"chunk_ids": wanted, "principals": viewer.principals}
+    for chunk_id, chunk_version, chunk_document, locus, *described in session.connection().execute(statement, parameters):
         facts = _Described(*described)
         if _agrees(wanted[chunk_id], chunk_version, chunk_document, facts):
             rows[chunk_id] = (locus, facts)
-    visible = visible_versions(session, viewer, {facts.version.id for _, facts in rows.values()})
-    sources = citable_sources(session, viewer, visible)
+    sources = citable_sources(session, viewer, {facts.version.id for _, facts in rows.values()})
     return {
         chunk_id: VerifiedChunk(chunk_id=chunk_id, locus=locus, facts=facts.with_sources(*sources[facts.version.id]))
         for chunk_id, (locus, facts) in rows.items()
         if facts.version.id in sources
     }
+
+
+@functools.cache
+def _visible_chunks_statement(is_admin: bool, acl_mode: AclMode) -> Select:
+    """The rows of :chunk_ids whose version the principals in :principals may see, described."""
+    return _described(
+        select(Chunk.id, Chunk.version_id, Chunk.document_id, Chunk.locus)
+        .join(DocumentVersion, DocumentVersion.id == Chunk.version_id)
+    ).where(in_set(Chunk.id, set_parameter("chunk_ids", integers=True)), prepared_predicate(is_admin, acl_mode))
 
 
 def _agrees(candidate: Candidate, chunk_version: str, chunk_document: str, facts: _Described) -> bool:
@@ -156,9 +176,15 @@ def version_facts(session: Session, viewer: Viewer, version_ids: Collection[str]
     sources = citable_sources(session, viewer, visible)
     if not sources:
         return {}
-    stmt = _described(select().select_from(DocumentVersion)).where(in_set(DocumentVersion.id, sources))
-    described = [_Described(*row) for row in session.execute(stmt)]
+    described = [_Described(*row) for row in session.connection().execute(_described_versions_statement(), {"version_ids": sources})]
     return {d.version.id: d.with_sources(*sources[d.version.id]) for d in described}
+
+
+@functools.cache
+def _described_versions_statement() -> Select:
+    return _described(select().select_from(DocumentVersion)).where(
+        in_set(DocumentVersion.id, set_parameter("version_ids"))
+    )
 
 
 def citable_sources(
@@ -194,27 +220,7 @@ def citable_sources(
 def _active_observations(session: Session, viewer: Viewer, version_ids: Collection[str]) -> list[_Observed]:
     if not version_ids:
         return []
-    # The object's own ACL allows the caller: an operator's local allow on the object is not its ACL.
-    allowed = (
-        select(Grant.id)
-        .where(
-            Grant.source_object_id == SourceObject.id,
-            Grant.scope == GrantScope.SOURCE_OBJECT,
-            Grant.effect == GrantEffect.ALLOW,
-            Grant.origin != LOCAL_ORIGIN,
-            in_set(Grant.principal, viewer.principals),
-        )
-        .exists()
-    )
-    stmt = (
-        select(
-            SourceObservation.version_id, SourceObject.id, Source.name, Source.kind, SourceObject.external_id,
-            SourceObject.uri, SourceObject.title, SourceObject.acl_known, allowed,
-        )
-        .join(SourceObject, SourceObject.id == SourceObservation.source_object_id)
-        .join(Source, Source.id == SourceObject.source_id)
-        .where(in_set(SourceObservation.version_id, version_ids), SourceObservation.state == ObservationState.ACTIVE)
-    )
+    parameters = {"version_ids": version_ids, "principals": viewer.principals}
     return [
         _Observed(
             version_id=version_id,
@@ -225,8 +231,38 @@ def _active_observations(session: Session, viewer: Viewer, version_ids: Collecti
             acl_known=bool(acl_known),
             allowed=bool(is_allowed),
         )
-        for version_id, object_id, source_name, kind, external_id, uri, title, acl_known, is_allowed in session.execute(stmt)
+        for version_id, object_id, source_name, kind, external_id, uri, title, acl_known, is_allowed
+        in session.connection().execute(_active_observations_statement(), parameters)
     ]
+
+
+@functools.cache
+def _active_observations_statement() -> Select:
+    """The active observations of :version_ids, each with "its own ACL allows :principals"."""
+    # The object's own ACL allows the caller: an operator's local allow on the object is not its ACL.
+    allowed = (
+        select(Grant.id)
+        .where(
+            Grant.source_object_id == SourceObject.id,
+            Grant.scope == GrantScope.SOURCE_OBJECT,
+            Grant.effect == GrantEffect.ALLOW,
+            Grant.origin != LOCAL_ORIGIN,
+            in_set_not_leading(Grant.principal, set_parameter("principals")),
+        )
+        .exists()
+    )
+    return (
+        select(
+            SourceObservation.version_id, SourceObject.id, Source.name, Source.kind, SourceObject.external_id,
+            SourceObject.uri, SourceObject.title, SourceObject.acl_known, allowed,
+        )
+        .join(SourceObject, SourceObject.id == SourceObservation.source_object_id)
+        .join(Source, Source.id == SourceObject.source_id)
+        .where(
+            in_set(SourceObservation.version_id, set_parameter("version_ids")),
+            SourceObservation.state == ObservationState.ACTIVE,
+        )
+    )
 
 
 # ------------------------------------------------------------------ text and explanations
@@ -236,7 +272,13 @@ def chunk_texts(session: Session, chunk_ids: Collection[int]) -> dict[int, str]:
     """Texts of the chunks that are shown (only the page and the rerank prefix): one round-trip."""
     if not chunk_ids:
         return {}
-    return {chunk_id: text for chunk_id, text in session.execute(select(Chunk.id, Chunk.text).where(Chunk.id.in_(list(chunk_ids))))}
+    rows = session.connection().execute(_chunk_texts_statement(), {"chunk_ids": chunk_ids})
+    return {chunk_id: text for chunk_id, text in rows}
+
+
+@functools.cache
+def _chunk_texts_statement() -> Select:
+    return select(Chunk.id, Chunk.text).where(in_set(Chunk.id, set_parameter("chunk_ids", integers=True)))
 
 
 def grant_paths(
