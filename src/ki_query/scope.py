@@ -1,17 +1,16 @@
 """Compile who may see what into the compact search filter, before any score is computed.
 
-`AccessService.compile_scope` returns a `CompiledAccessScope`: the visible
-projects and documents and their compact `ScopeFilter` (one term per fully
-visible project, document ids only for the exceptions). It never returns an
-unfiltered scope: no principals, unknown principals or nothing visible all give
-`match_none`.
+`AccessService.compile_scope` evaluates ki_core.acl.version_predicate for the
+caller and returns a `CompiledAccessScope`: the visible projects and documents
+and their compact `ScopeFilter` (one term per fully visible project, document
+ids only for the exceptions). It never returns an unfiltered scope: no
+principals, unknown principals or nothing visible all give `match_none`.
 
-Set-based, never per document: the trigger-kept access summary and E's grants
-decide every document no object rule of E touches (ki_core.acl.version_predicate's
-rules reduced to document-level facts); only documents under an object deny or
-a local object allow go through the predicate itself. One statement returns
-per project its counts and only the ids its term needs, so a caller seeing
-90,000 documents through document grants fetches the 10,000 exclusions, not the 90,000.
+Work is proportional to the exceptions, not to the corpus: in a project the
+caller may see as a whole (a matching project allow, no project deny), a
+document whose summary says "local delegation" (or, for admins, "an active
+observation") and which no matching deny touches is visible by the rules
+themselves, so only the other documents are evaluated with the predicate.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, Select, and_, func, literal, null, or_, select, text, true, union_all
+from sqlalchemy import ColumnElement, Select, false, func, or_, select, union, union_all
 from sqlalchemy.orm import Session
 
 from ki_core.acl import (
@@ -43,6 +42,7 @@ from ki_core.acl import (
 from ki_core.config import Settings, get_settings
 from ki_core.grants import current_access_generation
 from ki_core.models import (
+    Document,
     DocumentAccessSummary,
     DocumentVersion,
     Grant,
@@ -102,21 +102,63 @@ def scope_filter_query(scope: ScopeFilter) -> dict[str, Any]:
     return scope_clause(scope)
 
 
-# ------------------------------------------------------------ known sets
+# ------------------------------------------------------------------ tallies
+
+
+@dataclass
+class ProjectTally:
+    """One project's documents as far as the compilation needed to look at them."""
+
+    total: int = 0
+    # Seen as a whole: every document not in `hidden` is visible.
+    whole: bool = False
+    flagged: int = 0
+    hidden: set[str] = field(default_factory=set)
+    visible: set[str] = field(default_factory=set)
+
+    @property
+    def visible_count(self) -> int:
+        return self.total - len(self.hidden) if self.whole else len(self.visible)
+
+    @property
+    def fully_visible(self) -> bool:
+        return self.total > 0 and self.visible_count == self.total
+
+    @property
+    def prefers_listing(self) -> bool:
+        """Listing visible ids costs no more terms than project id + exclusions."""
+        return self.visible_count <= 1 + self.total - self.visible_count
+
+    @property
+    def needs_all_ids(self) -> bool:
+        """The cheaper form needs ids the evaluation did not produce."""
+        if self.visible_count == 0 or self.fully_visible:
+            return False
+        return self.prefers_listing if self.whole else not self.prefers_listing
 
 
 def compile_for_viewer(
     session: Session, viewer: Viewer, project_filter: str | None, generation: int
 ) -> CompiledAccessScope:
-    """The scope of an expanded viewer: one read of project grants, then one set-based statement."""
+    """The scope of an expanded viewer: a handful of set-based queries, none per document."""
     empty = _empty_scope(viewer, project_filter, generation)
     if viewer.sees_nothing:
         return empty
-    whole, denied = _whole_and_denied_projects(session, viewer, project_filter)
-    sides = [(_hidden_in_whole_projects(viewer, whole), in_set(DocumentAccessSummary.project_id, whole), False)]
-    if not viewer.is_admin:
-        sides.append((_visible_elsewhere(viewer, project_filter, whole | denied), None, True))
-    return _scope_from_forms(empty, _project_forms(session, sides))
+    whole = _whole_projects(session, viewer, project_filter)
+    tallies = _tally_whole_projects(session, whole, viewer)
+    unsettled = sorted(p for p, t in tallies.items() if t.flagged < t.total)
+    kinds = _narrower_grant_kinds(session, viewer)
+    for document_id, project_id, visible in _evaluate_candidates(
+        session, viewer, project_filter, sorted(whole), unsettled, kinds
+    ):
+        tally = tallies.setdefault(project_id, ProjectTally())
+        if tally.whole and not visible:
+            tally.hidden.add(document_id)
+        elif not tally.whole and visible:
+            tally.visible.add(document_id)
+    _count_partly_visible_projects(session, tallies)
+    _complete_ids(session, tallies)
+    return _scope_from_tallies(empty, tallies)
 
 
 def _empty_scope(viewer: Viewer, project_filter: str | None, generation: int) -> CompiledAccessScope:
@@ -129,235 +171,244 @@ def _empty_scope(viewer: Viewer, project_filter: str | None, generation: int) ->
     )
 
 
-def _in_project(column: ColumnElement[str], project_filter: str | None) -> list[ColumnElement[bool]]:
-    return [] if project_filter is None else [column == project_filter]
-
-
-def _whole_and_denied_projects(
-    session: Session, viewer: Viewer, project_filter: str | None
-) -> tuple[set[str], set[str]]:
-    """Projects seen as a whole (every project for admins, else allowed and not denied), and denied ones."""
+def _whole_projects(session: Session, viewer: Viewer, project_filter: str | None) -> set[str]:
+    """Projects the caller may see as a whole: every project for admins, else allowed and not denied."""
     if viewer.is_admin:
-        return set(session.scalars(select(Project.id).where(*_in_project(Project.id, project_filter)))), set()
+        stmt = select(Project.id)
+        if project_filter is not None:
+            stmt = stmt.where(Project.id == project_filter)
+        return set(session.scalars(stmt))
     stmt = select(Grant.project_id, Grant.effect).where(
-        *_matching(GrantScope.PROJECT, None, viewer), *_in_project(Grant.project_id, project_filter)
+        Grant.scope == GrantScope.PROJECT, in_set(Grant.principal, viewer.principals)
     )
+    if project_filter is not None:
+        stmt = stmt.where(Grant.project_id == project_filter)
     rows = session.execute(stmt).all()
-    denied = {p for p, effect in rows if effect == GrantEffect.DENY}
-    return {p for p, effect in rows if effect == GrantEffect.ALLOW} - denied, denied
+    allowed = {p for p, effect in rows if effect == GrantEffect.ALLOW}
+    return allowed - {p for p, effect in rows if effect == GrantEffect.DENY}
 
 
-def _matching(scope: GrantScope, effect: GrantEffect | None, viewer: Viewer) -> list[ColumnElement[bool]]:
-    conditions = [Grant.scope == scope, in_set(Grant.principal, viewer.principals)]
-    return conditions if effect is None else [*conditions, Grant.effect == effect]
+def _narrower_grant_kinds(session: Session, viewer: Viewer) -> frozenset[tuple[GrantScope, GrantEffect]]:
+    """Which document and source-object grant kinds E holds at all: four index probes.
 
-
-def _document_facts(viewer: Viewer) -> Select:
-    """(document, allowed, source, denied, ruled) for each document one of E's narrower grants names.
-
-    allowed: a document allow; source: a version whose known-ACL object's
-    mirrored ACL allows E; denied: a document deny; ruled: a version under an
-    object deny (any origin) or a local object allow, rules that hold per
-    version. One GROUP BY, so each document appears once, however many grants name it.
+    A kind E does not hold cannot name a candidate, so its subquery is left out.
     """
-    named = union_all(
-        _fact(select(Grant.document_id), allowed=1).where(*_matching(GrantScope.DOCUMENT, GrantEffect.ALLOW, viewer)),
-        _fact(select(Grant.document_id), denied=1).where(*_matching(GrantScope.DOCUMENT, GrantEffect.DENY, viewer)),
-        _fact(_observed_with_grant(viewer), source=1)
-        .join(SourceObject, SourceObject.id == Grant.source_object_id)
-        .where(Grant.effect == GrantEffect.ALLOW, Grant.origin != LOCAL_ORIGIN, SourceObject.acl_known.is_(True)),
-        _fact(_observed_with_grant(viewer), ruled=1).where(
-            or_(Grant.effect == GrantEffect.DENY, Grant.origin == LOCAL_ORIGIN)
-        ),
-    ).subquery("named")
-    flags = [func.max(getattr(named.c, name)).label(name) for name in ("allowed", "source", "denied", "ruled")]
-    return select(named.c.document_id, *flags).group_by(named.c.document_id)
+    if viewer.is_admin:
+        return frozenset()
+    kinds = [
+        (scope, effect)
+        for scope in (GrantScope.DOCUMENT, GrantScope.SOURCE_OBJECT)
+        for effect in (GrantEffect.ALLOW, GrantEffect.DENY)
+    ]
+    probes = [
+        select(1)
+        .where(Grant.scope == scope, Grant.effect == effect, in_set(Grant.principal, viewer.principals))
+        .exists()
+        for scope, effect in kinds
+    ]
+    row = session.execute(select(*probes)).one()
+    return frozenset(kind for kind, held in zip(kinds, row, strict=True) if held)
 
 
-def _fact(stmt: Select, *, allowed: int = 0, source: int = 0, denied: int = 0, ruled: int = 0) -> Select:
-    values = {"allowed": allowed, "source": source, "denied": denied, "ruled": ruled}
-    first = stmt.selected_columns[0].label("document_id")
-    return stmt.with_only_columns(first, *(literal(v).label(k) for k, v in values.items()))
+def _summary_flag(viewer: Viewer) -> ColumnElement[bool]:
+    """The summary flag that, with a project allow (or admin rights), makes a document visible."""
+    if viewer.is_admin:
+        return DocumentAccessSummary.has_active_observation.is_(True)
+    return DocumentAccessSummary.local_delegation.is_(True)
 
 
-def _observed_with_grant(viewer: Viewer) -> Select:
-    """Documents with a version actively observed as an object carrying a grant of E (joined, for filtering)."""
+def _tally_whole_projects(session: Session, whole: set[str], viewer: Viewer) -> dict[str, ProjectTally]:
+    """Documents per whole project, and how many carry the flag: one GROUP BY over a narrow index.
+
+    A project whose documents all carry the flag needs no per-document work.
+    """
+    if not whole:
+        return {}
+    stmt = (
+        select(DocumentAccessSummary.project_id, func.count(), func.count().filter(_summary_flag(viewer)))
+        .where(in_set(DocumentAccessSummary.project_id, whole))
+        .group_by(DocumentAccessSummary.project_id)
+    )
+    return {
+        project_id: ProjectTally(total=total, whole=True, flagged=flagged)
+        for project_id, total, flagged in session.execute(stmt)
+    }
+
+
+def _evaluate_candidates(
+    session: Session,
+    viewer: Viewer,
+    project_filter: str | None,
+    whole: list[str],
+    unsettled: list[str],
+    kinds: frozenset[tuple[GrantScope, GrantEffect]],
+) -> list[tuple[str, str, bool]]:
+    """(document, project, visible) for each document the summary does not settle; one round trip.
+
+    Documents under a matching document deny are hidden without evaluation:
+    rule 1 of "A version is visible" fails for every version they have. All
+    other candidates go through the predicate.
+    """
+    denied = _denied_documents(viewer, whole, kinds)
+    parts = _candidate_parts(viewer, project_filter, whole, unsettled, kinds)
+    branches: list[Select] = [denied] if denied is not None else []
+    if parts:
+        candidates = union(*parts).cte("candidates")
+        visible = (
+            select(DocumentVersion.document_id)
+            .where(DocumentVersion.document_id.in_(select(candidates.c.document_id)), viewer_predicate(viewer))
+            .distinct()
+            .subquery("visible")
+        )
+        branches.append(
+            select(candidates.c.document_id, candidates.c.project_id, visible.c.document_id.is_not(None))
+            .outerjoin(visible, visible.c.document_id == candidates.c.document_id)
+        )
+    if not branches:
+        return []
+    stmt = branches[0] if len(branches) == 1 else union_all(*branches)
+    return [(d, p, bool(v)) for d, p, v in session.execute(stmt)]
+
+
+def _denied_documents(
+    viewer: Viewer, whole: list[str], kinds: frozenset[tuple[GrantScope, GrantEffect]]
+) -> Select | None:
+    """(document, project, false) for documents of whole projects under a matching document deny."""
+    if viewer.is_admin or not whole or (GrantScope.DOCUMENT, GrantEffect.DENY) not in kinds:
+        return None
+    return select(Document.id, Document.project_id, false()).join(
+        Grant, Grant.document_id == Document.id
+    ).where(
+        Grant.scope == GrantScope.DOCUMENT,
+        Grant.effect == GrantEffect.DENY,
+        in_set(Grant.principal, viewer.principals),
+        in_set(Document.project_id, whole),
+    )
+
+
+def _candidate_parts(
+    viewer: Viewer,
+    project_filter: str | None,
+    whole: list[str],
+    unsettled: list[str],
+    kinds: frozenset[tuple[GrantScope, GrantEffect]],
+) -> list[Select]:
+    """Suspects inside whole projects, and documents reached by narrower grants elsewhere.
+
+    Suspects: documents without the flag, and documents actively observed as
+    an object under a matching deny (mirrored or local). Elsewhere a visible
+    version needs a document allow, a local allow on an observed object, or
+    (in sufficient mode) a source allow, so those grants name every candidate.
+    """
+    parts: list[Select] = []
+    if unsettled:
+        parts.append(_unflagged_documents(viewer, unsettled))
+    if viewer.is_admin:
+        return parts
+    principals = viewer.principals
+    inside = in_set(Document.project_id, whole)
+    if whole and (GrantScope.SOURCE_OBJECT, GrantEffect.DENY) in kinds:
+        parts.append(_observed_object_targets(GrantEffect.DENY, principals).where(inside))
+    outside = [~inside] if whole else []
+    if project_filter is not None:
+        outside.append(Document.project_id == project_filter)
+    if (GrantScope.DOCUMENT, GrantEffect.ALLOW) in kinds:
+        parts.append(_document_grant_targets(GrantEffect.ALLOW, principals).where(*outside))
+    # In intersect mode a source allow also needs a local allow; outside whole projects that is a
+    # document allow or a local object allow (ki_core.acl.version_predicate), which name the candidate.
+    if (GrantScope.SOURCE_OBJECT, GrantEffect.ALLOW) in kinds:
+        named = Grant.origin == LOCAL_ORIGIN
+        if viewer.acl_mode == "sufficient":
+            named = or_(named, SourceObject.acl_known.is_(True))
+        parts.append(_observed_object_targets(GrantEffect.ALLOW, principals).where(named, *outside))
+    return parts
+
+
+def _unflagged_documents(viewer: Viewer, project_ids: list[str]) -> Select:
+    return select(
+        DocumentAccessSummary.document_id.label("document_id"), DocumentAccessSummary.project_id
+    ).where(in_set(DocumentAccessSummary.project_id, project_ids), ~_summary_flag(viewer))
+
+
+def _document_grant_targets(effect: GrantEffect, principals: frozenset[str]) -> Select:
     return (
-        select(DocumentVersion.document_id)
+        select(Document.id.label("document_id"), Document.project_id)
+        .join(Grant, Grant.document_id == Document.id)
+        .where(Grant.scope == GrantScope.DOCUMENT, Grant.effect == effect, in_set(Grant.principal, principals))
+    )
+
+
+def _observed_object_targets(effect: GrantEffect, principals: frozenset[str]) -> Select:
+    """Documents with a version actively observed as an object that carries a matching grant."""
+    return (
+        select(Document.id.label("document_id"), Document.project_id)
         .select_from(Grant)
+        .join(SourceObject, SourceObject.id == Grant.source_object_id)
         .join(SourceObservation, SourceObservation.source_object_id == Grant.source_object_id)
         .join(DocumentVersion, DocumentVersion.id == SourceObservation.version_id)
-        .where(SourceObservation.state == ObservationState.ACTIVE, *_matching(GrantScope.SOURCE_OBJECT, None, viewer))
-    )
-
-
-def _visible_condition(viewer: Viewer, facts: Any, locally_allowed: ColumnElement[bool]) -> ColumnElement[bool]:
-    """Whether a summary row's document is visible, from its facts (NULL: no narrower grant names it).
-
-    No object rule: rule 1 is "no document deny" (projects were settled
-    before), rule 2 a source allow, or a local allow on a document whose
-    summary says a version delegates; intersect also needs the local allow.
-    An object rule: the predicate decides, for these few documents only.
-    """
-    summary = DocumentAccessSummary
-    source = func.coalesce(facts.c.source, 0) == 1
-    delegates = summary.local_delegation.is_(True)
-    if viewer.acl_mode == "intersect":
-        by_rules = and_(locally_allowed, or_(source, delegates))
-    else:
-        by_rules = or_(source, and_(locally_allowed, delegates))
-    ruled = func.coalesce(facts.c.ruled, 0) == 1
-    a_version_visible = (
-        select(DocumentVersion.id)
-        .where(DocumentVersion.document_id == summary.document_id, viewer_predicate(viewer))
-        .exists()
-    )
-    return and_(
-        func.coalesce(facts.c.denied, 0) == 0,
-        or_(and_(~ruled, by_rules), and_(ruled, a_version_visible)),
-    )
-
-
-def _hidden_in_whole_projects(viewer: Viewer, whole: set[str]) -> Select:
-    """(document, project) of the invisible documents of whole projects: usually the few exceptions."""
-    summary = DocumentAccessSummary
-    rows = select(summary.document_id, summary.project_id).where(in_set(summary.project_id, whole))
-    if viewer.is_admin:
-        return rows.where(summary.has_active_observation.is_(False))
-    facts = _document_facts(viewer).subquery("facts")
-    return rows.outerjoin(facts, facts.c.document_id == summary.document_id).where(
-        ~_visible_condition(viewer, facts, true())
-    )
-
-
-def _visible_elsewhere(viewer: Viewer, project_filter: str | None, settled: set[str]) -> Select:
-    """(document, project) of the visible documents outside whole and denied projects: narrower grants name them."""
-    summary = DocumentAccessSummary
-    facts = _document_facts(viewer).subquery("facts")
-    return (
-        select(summary.document_id, summary.project_id)
-        .join(facts, facts.c.document_id == summary.document_id)
+        .join(Document, Document.id == DocumentVersion.document_id)
         .where(
-            ~in_set(summary.project_id, settled),
-            *_in_project(summary.project_id, project_filter),
-            _visible_condition(viewer, facts, facts.c.allowed == 1),
+            Grant.scope == GrantScope.SOURCE_OBJECT,
+            Grant.effect == effect,
+            in_set(Grant.principal, principals),
+            SourceObservation.state == ObservationState.ACTIVE,
         )
     )
 
 
-# ------------------------------------------------------------ compact form
-
-
-@dataclass
-class ProjectForm:
-    """One visible project: its size, how many of its documents are visible, and the ids its term needs."""
-
-    total: int = 0
-    visible: int = 0
-    listed: set[str] = field(default_factory=set)
-    excluded: set[str] = field(default_factory=set)
-
-
-def _project_forms(
-    session: Session, sides: list[tuple[Select, ColumnElement[bool] | None, bool]]
-) -> dict[str, ProjectForm]:
-    """Per visible project its counts and only the cheaper id list, in one statement.
-
-    Each side is a set of known documents (the visible ones, or the hidden
-    ones of whole projects), the projects it covers (None: those it names) and
-    whether it lists the visible ones. A partial project lists its visible ids
-    when that costs no more terms than its id plus the exclusions.
-    """
-    branches = []
-    for number, (documents, covered, known_visible) in enumerate(sides):
-        branches += _side_rows(documents.cte(f"known_{number}"), covered, known_visible, number)
-    result: dict[str, ProjectForm] = {}
-    with _hash_joins_only(session):
-        rows = session.execute(union_all(*branches)).all()
-    for project_id, kind, document_id, visible_count, total in rows:
-        form = result.setdefault(project_id, ProjectForm())
-        if kind == "count":
-            form.visible, form.total = visible_count, total
-        else:
-            getattr(form, kind).add(document_id)
-    return {p: f for p, f in result.items() if f.visible > 0}
-
-
-# PostgreSQL estimates every filtered aggregate over grants as one row, then joins 16,073 of them by
-# a loop each (15 s at the peer-bench shape) and starts parallel workers for a 20 ms sort (50 ms on
-# 2 cores). Hash joins in one process are right at every size this statement sees.
-_FORMS_PLANNER_SETTINGS = {"enable_nestloop": "off", "max_parallel_workers_per_gather": "0"}
-
-
-@contextmanager
-def _hash_joins_only(session: Session) -> Iterator[None]:
-    """The forms statement's planner settings on PostgreSQL, then the transaction's own again."""
-    if session.get_bind().dialect.name != "postgresql":
-        yield
+def _count_partly_visible_projects(session: Session, tallies: dict[str, ProjectTally]) -> None:
+    """Document totals of the projects seen only through narrower grants."""
+    wanted = [p for p, t in tallies.items() if not t.whole and t.visible]
+    if not wanted:
         return
-    names = list(_FORMS_PLANNER_SETTINGS)
-    previous = {name: session.scalar(text("SELECT current_setting(:name)"), {"name": name}) for name in names}
-    _set_locally(session, _FORMS_PLANNER_SETTINGS)
-    try:
-        yield
-    finally:
-        _set_locally(session, previous)
+    stmt = select(Document.project_id, func.count()).where(in_set(Document.project_id, wanted))
+    for project_id, count in session.execute(stmt.group_by(Document.project_id)):
+        tallies[project_id].total = count
 
 
-def _set_locally(session: Session, settings: dict[str, str]) -> None:
-    for name, value in settings.items():
-        session.execute(text("SELECT set_config(:name, :value, true)"), {"name": name, "value": value})
+def _complete_ids(session: Session, tallies: dict[str, ProjectTally]) -> None:
+    """Fetch the ids the cheaper form needs: visible ids of a whole project, hidden ids of a partial one."""
+    needed = [p for p, t in tallies.items() if t.needs_all_ids]
+    if not needed:
+        return
+    all_ids: dict[str, set[str]] = {p: set() for p in needed}
+    stmt = select(Document.id, Document.project_id).where(in_set(Document.project_id, needed))
+    for document_id, project_id in session.execute(stmt):
+        all_ids[project_id].add(document_id)
+    for project_id, ids in all_ids.items():
+        tally = tallies[project_id]
+        if tally.whole:
+            tally.visible = ids - tally.hidden
+        else:
+            tally.hidden = ids - tally.visible
 
 
-def _side_rows(known: Any, covered: ColumnElement[bool] | None, known_visible: bool, number: int) -> list[Select]:
-    """A count row per covered project, the known ids where the form needs them, else their complement."""
-    summary = DocumentAccessSummary
-    per_project = select(known.c.project_id, func.count().label("known")).group_by(known.c.project_id).subquery()
-    totals = select(summary.project_id, func.count().label("total")).group_by(summary.project_id)
-    if covered is None:
-        totals = totals.where(summary.project_id.in_(select(per_project.c.project_id)))
-    else:
-        totals = totals.where(covered)
-    totals = totals.subquery()
-    known_count = func.coalesce(per_project.c.known, 0)
-    visible = known_count if known_visible else totals.c.total - known_count
-    forms = (
-        select(totals.c.project_id, visible.label("visible"), totals.c.total)
-        .outerjoin(per_project, per_project.c.project_id == totals.c.project_id)
-        .cte(f"forms_{number}")
-    )
-    partial = and_(forms.c.visible > 0, forms.c.visible < forms.c.total)
-    listing = forms.c.visible <= 1 + forms.c.total - forms.c.visible
-    known_kind, other_kind = ("listed", "excluded") if known_visible else ("excluded", "listed")
-    known_wanted = listing if known_visible else ~listing
-    # NOT IN, not NOT EXISTS: PostgreSQL misestimates the known set (a filter over aggregates) as one row and
-    # would scan it once per summary row; a hashed NOT IN is built once whatever the estimate.
-    unknown = summary.document_id.not_in(select(known.c.document_id))
-    return [
-        select(forms.c.project_id, literal("count"), null(), forms.c.visible, forms.c.total),
-        select(known.c.project_id, literal(known_kind), known.c.document_id, null(), null())
-        .join(forms, forms.c.project_id == known.c.project_id).where(partial, known_wanted),
-        select(summary.project_id, literal(other_kind), summary.document_id, null(), null())
-        .join(forms, forms.c.project_id == summary.project_id).where(partial, ~known_wanted, unknown),
-    ]
-
-
-def _scope_from_forms(empty: CompiledAccessScope, forms: dict[str, ProjectForm]) -> CompiledAccessScope:
+def _scope_from_tallies(empty: CompiledAccessScope, tallies: dict[str, ProjectTally]) -> CompiledAccessScope:
     """The compact filter: a term per fully visible project, the fewer ids for a partial one."""
-    if not forms:
+    projects: set[str] = set()
+    excluded: set[str] = set()
+    documents: set[str] = set()
+    visible_projects = {p: t for p, t in tallies.items() if t.visible_count > 0}
+    for project_id, tally in visible_projects.items():
+        if tally.fully_visible:
+            projects.add(project_id)
+        elif tally.prefers_listing:
+            documents |= tally.visible
+        else:
+            projects.add(project_id)
+            excluded |= tally.hidden
+    if not visible_projects:
         return empty
-    fully = frozenset(p for p, f in forms.items() if f.visible == f.total)
-    listed = {p for p, f in forms.items() if f.listed}
     return empty.model_copy(
         update={
-            "visible_project_ids": frozenset(forms),
-            "fully_visible_project_ids": fully,
-            "visible_document_count": sum(f.visible for f in forms.values()),
-            "hidden_document_count": sum(f.total - f.visible for f in forms.values()),
+            "visible_project_ids": frozenset(visible_projects),
+            "fully_visible_project_ids": frozenset(p for p, t in visible_projects.items() if t.fully_visible),
+            "visible_document_count": sum(t.visible_count for t in visible_projects.values()),
+            "hidden_document_count": sum(t.total - t.visible_count for t in visible_projects.values()),
             "filter": ScopeFilter(
-                project_ids=frozenset(forms.keys() - listed),
-                excluded_document_ids=frozenset(i for f in forms.values() for i in f.excluded),
-                document_ids=frozenset(i for f in forms.values() for i in f.listed),
+                project_ids=frozenset(projects),
+                excluded_document_ids=frozenset(excluded),
+                document_ids=frozenset(documents),
             ),
         }
     )
