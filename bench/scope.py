@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--documents", type=int, default=100_000)
     parser.add_argument("--projects", type=int, default=500)
+    parser.add_argument("--layouts", default="", help="comma-separated numbers (1-based) of the layouts to run")
     args = parser.parse_args(argv)
     databases = ["postgresql", "sqlite"] if args.database == "both" else [args.database]
     failures = sum(bench_database(database, args) for database in databases)
@@ -277,7 +278,8 @@ def bench_database(database: str, args: argparse.Namespace) -> int:
         service = AccessService(session_factory(engine), Settings())
         print(f"{'layout':44} {'p50 ms':>8} {'p95 ms':>8} {'terms':>6} {'bound':>6} "
               f"{'projects':>8} {'docs':>7}")
-        for layout in LAYOUTS:
+        wanted = {int(n) for n in args.layouts.split(",") if n}
+        for layout in (layout for n, layout in enumerate(LAYOUTS, 1) if not wanted or n in wanted):
             replace_grants(engine, grant_rows(corpus, layout, rng))
             service.compile_scope([USER])  # warm the database's buffers and plan cache, not ours
             timings, scope = cold_timings(service, args.runs)
