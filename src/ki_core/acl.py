@@ -65,10 +65,12 @@ class _StringSet(TypeDecorator):
 
     impl = String
     cache_ok = True
+    # The array's element type on PostgreSQL; SQLite always gets the JSON text.
+    item_type: type = String
 
     def load_dialect_impl(self, dialect):
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.ARRAY(String))
+            return dialect.type_descriptor(postgresql.ARRAY(self.item_type))
         return dialect.type_descriptor(String())
 
     def process_bind_param(self, value, dialect):
@@ -81,11 +83,7 @@ class _IntegerSet(_StringSet):
 
     impl = BigInteger
     cache_ok = True
-
-    def load_dialect_impl(self, dialect):
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.ARRAY(BigInteger))
-        return dialect.type_descriptor(String())
+    item_type = BigInteger
 
 
 def set_parameter(name: str, *, integers: bool = False) -> BindParameter:
