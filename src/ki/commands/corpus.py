@@ -64,6 +64,9 @@ def load(
         f"({report.repealed_units} repealed) in {', '.join(report.containers)}; "
         f"{report.deleted_units} stale units removed; index {report.index_name}"
     )
+    if report.merged_ids:
+        shown = ", ".join(report.merged_ids[:5]) + (" …" if len(report.merged_ids) > 5 else "")
+        stderr.print(f"{len(report.merged_ids)} record ids occur more than once and were merged: {shown}")
 
 
 @corpus_app.command("list")

@@ -126,6 +126,8 @@ class LoadReport:
     deleted_units: int = 0
     containers: list[str] = field(default_factory=list)
     repealed_units: int = 0
+    # Record ids the source file repeats, merged into one unit each (see merge_repeated_records).
+    merged_ids: list[str] = field(default_factory=list)
 
 
 def unit_address(container: str, section: str, subsection: str | None) -> str:
@@ -176,6 +178,36 @@ def _parse_record(path: Path, number: int, line: str) -> StatuteRecord:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'line'}: {e['msg']}" for e in exc.errors())
         raise CorpusLoadError(f"{path}:{number}: not a statute record ({problems})") from None
+
+
+def merge_repeated_records(records: Iterable[StatuteRecord]) -> tuple[list[StatuteRecord], list[str]]:
+    """One record per id, in first-seen order, and the ids that occurred more than once.
+
+    Real statute dumps repeat an id now and then: a section that exists twice in the law (two
+    "§ 34" in the KStG for different assessment periods), a consolidation artefact that lists an
+    Absatz once live and once as "(weggefallen)", or the same Absatz twice. Every record is a
+    unit at its address, so a repeated id cannot become two units; dropping either text would
+    lose law a lawyer may be searching for. So identical repeats vanish, a repeal marker yields
+    to a live text at the same address, and different live texts are joined in file order.
+    """
+    groups: dict[str, list[StatuteRecord]] = {}
+    for record in records:
+        groups.setdefault(record.record_id, []).append(record)
+    merged = [_merged_record(group) for group in groups.values()]
+    return merged, [record_id for record_id, group in groups.items() if len(group) > 1]
+
+
+def _merged_record(group: list[StatuteRecord]) -> StatuteRecord:
+    first = group[0]
+    if len(group) == 1:
+        return first
+    texts = list(dict.fromkeys(r.text.strip() for r in group))
+    live = [text for text in texts if text not in REPEALED_TEXTS]
+    if not live:
+        return first
+    return first.model_copy(
+        update={"text": "\n\n".join(live), "repealed": all(r.repealed for r in group if r.text.strip() in live)}
+    )
 
 
 def split_text(text: str, max_chars: int) -> list[str]:
@@ -361,11 +393,12 @@ def load_corpus(
 ) -> LoadReport:
     """Register the corpus and (re)load the containers of `paths`; other containers stay."""
     records = list(read_records(paths))
-    units = units_from_records(records, settings.retrieval.chunk_chars)
+    distinct, repeated = merge_repeated_records(records)
+    units = units_from_records(distinct, settings.retrieval.chunk_chars)
     if not units:
         raise CorpusLoadError(f"no records in {', '.join(map(str, paths))}")
     index_name = corpus_index_name(corpus_id, embedder.signature)
-    report = LoadReport(corpus_id, index_name, records=len(records), units=len(units))
+    report = LoadReport(corpus_id, index_name, records=len(records), units=len(units), merged_ids=repeated)
     report.containers = sorted({u.container_id for u in units})
     report.repealed_units = sum(u.repealed for u in units)
     replaced = _register(sessions, settings, embedder, corpus_id, units, kind, default_container, title, index_name)

@@ -170,6 +170,34 @@ def test_a_malformed_record_names_file_and_line(settings, sessions, tmp_path) ->
         load_corpus(settings, sessions, EMBEDDER, "broken", [path])
 
 
+def test_a_repeated_record_id_loads_as_one_unit_that_keeps_every_live_text(settings, sessions, tmp_path) -> None:
+    """Real dumps repeat ids (KStG has two § 34, WpHG lists § 17 Abs. 4 live and repealed):
+    the load must neither fail on the unit key nor drop a text."""
+    path = tmp_path / "repeats.jsonl"
+    rows = [
+        {"id": "KStG|§ 34|2", "law": "KStG", "section": "§ 34", "subsection": "2",
+         "text": "Genossenschaften sowie Vereine können bis zum 31. Dezember beantragen."},
+        {"id": "WpHG|§ 17|4", "law": "WpHG", "section": "§ 17", "subsection": "4",
+         "text": "Die Bundesanstalt darf die nach Absatz 1 erhobenen Daten verwenden."},
+        {"id": "KStG|§ 34|2", "law": "KStG", "section": "§ 34", "subsection": "2",
+         "text": "Die Teilbeträge sind um die Gewinnausschüttungen zu verringern."},
+        {"id": "WpHG|§ 17|4", "law": "WpHG", "section": "§ 17", "subsection": "4", "text": "(weggefallen)"},
+        {"id": "WpHG|§ 18|1", "law": "WpHG", "section": "§ 18", "subsection": "1", "text": "Gleicher Wortlaut."},
+        {"id": "WpHG|§ 18|1", "law": "WpHG", "section": "§ 18", "subsection": "1", "text": "Gleicher Wortlaut."},
+    ]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    report = load_corpus(settings, sessions, EMBEDDER, "repeats", [path])
+    assert report.merged_ids == ["KStG|§ 34|2", "WpHG|§ 17|4", "WpHG|§ 18|1"]
+    assert report.records == 6 and report.units == 3
+    units = {u.record_id: u for u in units_of(sessions, corpus_id="repeats")}
+    assert units["KStG|§ 34|2"].text == (
+        "Genossenschaften sowie Vereine können bis zum 31. Dezember beantragen.\n\n"
+        "Die Teilbeträge sind um die Gewinnausschüttungen zu verringern."
+    )
+    assert (units["WpHG|§ 17|4"].text, units["WpHG|§ 17|4"].repealed) == (rows[1]["text"], False)
+    assert units["WpHG|§ 18|1"].text == "Gleicher Wortlaut."
+
+
 # ------------------------------------------------------------------ get_units
 
 
