@@ -21,7 +21,7 @@ from ki_core.config import Settings
 from ki_core.models import RelationKind
 from ki_core.openapi import without_validation_422
 from ki_core.search.types import SearchFilters
-from ki_query.federation.search import FederatedAnswer, FederatedSearch, FederatedSearchOnFirstUse, UnknownCorpus
+from ki_query.federation.search import FederatedAnswer, FederatedSearch, FederatedSearchOnFirstUse
 from ki_query.graph import MAX_TRAVERSAL_DEPTH
 from ki_query.identity import Identity, resolve_identity
 from ki_query.refusals import REFUSAL_STATUS, refusal_reason
@@ -29,7 +29,6 @@ from ki_query.retrieval import RetrievalService
 from ki_query.types import (
     DecisionHit,
     DocumentView,
-    InvalidFilters,
     NewDecision,
     QueryText,
     RecordId,
@@ -168,11 +167,8 @@ def query_router(
     def ask(body: AskRequest, who: Caller) -> Any:
         """Federated search: statutes and the other registered corpora beside the firm's index, which is
         searched as the caller (an unknown principal or a failing firm search gives no firm hits, never more)."""
-        try:
-            return federated().ask(body.question, who.principals, corpora=body.corpora, top_k=body.limit,
-                                   explain=body.explain)
-        except UnknownCorpus as exc:  # a KeyError to the federation, a bad request here
-            raise InvalidFilters(str(exc)) from None
+        return federated().ask(body.question, who.principals, corpora=body.corpora, top_k=body.limit,
+                               explain=body.explain)
 
     @router.post("/search/filter", response_model=SearchResponse)
     def search_filter(body: FilterSearchRequest, who: Caller) -> Any:

@@ -18,11 +18,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
 from ki_core.models import RelationKind
-from ki_query.federation.search import FederatedSearch, FederatedSearchOnFirstUse, UnknownCorpus
+from ki_query.federation.search import FederatedSearch, FederatedSearchOnFirstUse
 from ki_query.identity import Identity
 from ki_query.refusals import REFUSALS, refusal_reason
 from ki_query.retrieval import RetrievalService
-from ki_query.types import InvalidFilters, NewDecision, QueryText, RecordId, SearchRequest, parse_filters
+from ki_query.types import NewDecision, QueryText, RecordId, SearchRequest, parse_filters
 
 SERVER_NAME = "legalmemory-ki"
 INSTRUCTIONS = (
@@ -89,10 +89,7 @@ def add_retrieval_tools(
             limit: Annotated[int, Field(gt=0, le=100)] = 8, explain: bool = False, *, ctx: Context) -> dict:
         """Statutes and other registered corpora beside the firm's documents, one ranked list: each hit names its
         corpus, address (law, §, Absatz, or the firm document), kinds and score. corpora: only these ids ("firm")."""
-        try:
-            answer = federated().ask(question, principals_of(ctx), corpora=corpora, top_k=limit, explain=explain)
-        except UnknownCorpus as exc:  # a KeyError to the federation, a bad argument here
-            raise InvalidFilters(str(exc)) from None
+        answer = federated().ask(question, principals_of(ctx), corpora=corpora, top_k=limit, explain=explain)
         return answer.model_dump(mode="json")
 
     @server.tool()

@@ -13,7 +13,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from ki_core.embedding import EmbedderBusy
 from ki_core.llm import GatewayError
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
-from ki_query.federation.errors import EmptyQuestion
+from ki_query.federation.errors import EmptyQuestion, UnknownCorpus
 from ki_query.identity import Forbidden, Unauthenticated
 from ki_query.types import (
     DocumentNotFound,
@@ -35,6 +35,7 @@ REFUSAL_STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (WindowTooDeep, 400),
     (QueryTooLong, 400),
     (EmptyQuestion, 400),
+    (UnknownCorpus, 400),
     (TraversalTooDeep, 400),
     (ResultWindowTooDeep, 400),
     (InvalidFilters, 400),

@@ -249,7 +249,7 @@ def test_an_unknown_corpus_is_400_and_a_tool_error_naming_it(served: Served) -> 
     response = _over_http(served, ANNA_KEY, {**ASK, "corpora": ["nope"]})
     assert response.status_code == 400 and "no corpus 'nope' is registered" in response.json()["detail"]
     result = _call(served.mcp, ANNA_KEY, "ask", {**ASK, "corpora": ["nope"]})
-    assert result.is_error and "InvalidFilters: no corpus 'nope' is registered" in result.content[0].text
+    assert result.is_error and "UnknownCorpus: no corpus 'nope' is registered" in result.content[0].text
 
 
 def test_only_the_named_corpora_are_asked(served: Served) -> None:
