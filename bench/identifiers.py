@@ -1,19 +1,22 @@
 """Quality and speed of ki_core.identifiers.
 
     .venv/bin/python bench/identifiers.py tests/fixtures/identifiers-dev.jsonl
-    .venv/bin/python bench/identifiers.py held-out.jsonl --decisions ../shared/data/decisions/decisions.jsonl --repeat 5
+    .venv/bin/python bench/identifiers.py tests/fixtures/identifiers/classes-test.jsonl --errors --repeat 5
 
 Quality: per record, the (kind, normalized) multiset found is matched against
-the labelled one; precision, recall and F1 per kind and micro-averaged, plus
-the negatives (records labelled with nothing) where something was reported.
+the labelled one; precision, recall and F1 per kind and micro-averaged, the
+same micro F1 per group of the file, plus the negatives (records labelled with
+nothing) where something was reported.
 Speed: characters per second of `extract` over the `text` field of the
-decision texts, best and median of several repetitions, by wall clock and by
-CPU time of this (single-threaded) process.
+decision texts and of the statute Absätze (../shared/data/statutes: many short
+texts, where the cost per call counts), best and median of several
+repetitions, by wall clock and by CPU time of this (single-threaded) process.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -26,6 +29,7 @@ from ki_core.identifiers import extract
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DECISIONS = REPO.parent / "shared" / "data" / "decisions" / "decisions.jsonl"
+DEFAULT_STATUTES = REPO.parent / "shared" / "data" / "statutes"
 KINDS = ("statute", "case_number", "ecli", "register_number", "eu_reference")
 
 
@@ -41,6 +45,15 @@ class Score:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def statute_texts(directory: Path) -> list[str]:
+    """The `text` of every Absatz in the gzipped JSONL files of a statutes directory."""
+    texts = []
+    for path in sorted(directory.glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f if line.strip()]
+    return texts
 
 
 def score(records: list[dict]) -> Score:
@@ -83,6 +96,17 @@ def quality_table(result: Score) -> str:
     return "\n".join(rows)
 
 
+def group_table(records: list[dict]) -> str:
+    """Micro F1 per `group` of the labelled file: a class of strings can fail while the kinds look fine."""
+    rows = [f"{'group':<24} {'strings':>7} {'tp':>5} {'fp':>5} {'fn':>5} {'F1':>7}"]
+    for group in sorted({r.get("group", "") for r in records}):
+        result = score([r for r in records if r.get("group", "") == group])
+        tp, fp, fn = sum(result.tp.values()), sum(result.fp.values()), sum(result.fn.values())
+        strings = sum(1 for r in records if r.get("group", "") == group)
+        rows.append(f"{group:<24} {strings:>7} {tp:>5} {fp:>5} {fn:>5} {prf(tp, fp, fn)[2]:>7.3f}")
+    return "\n".join(rows)
+
+
 def throughput(texts: list[str], repeat: int) -> str:
     """Wall-clock and CPU time of `extract`; CPU time is the one-core figure when other work shares the machine."""
     chars = sum(len(t) for t in texts)
@@ -110,13 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("labelled", type=Path, help="JSONL with {text, expected: [{kind, normalized}], context?}")
     parser.add_argument("--decisions", type=Path, default=DEFAULT_DECISIONS, help="JSONL with a `text` field")
+    parser.add_argument("--statutes", type=Path, default=DEFAULT_STATUTES, help="directory of *.jsonl.gz Absätze")
     parser.add_argument("--repeat", type=int, default=5, help="timed passes over the decisions")
     parser.add_argument("--errors", action="store_true", help="list every record that does not match")
     args = parser.parse_args(argv)
 
-    result = score(read_jsonl(args.labelled))
+    records = read_jsonl(args.labelled)
+    result = score(records)
     print(f"quality on {args.labelled}")
     print(quality_table(result))
+    print(group_table(records))
     for text in result.negatives_reported:
         print(f"  negative reported: {text[:100]!r}")
     if args.errors:
@@ -127,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         print(throughput([r["text"] for r in read_jsonl(args.decisions)], args.repeat))
     else:
         print(f"\nno decisions file at {args.decisions}: throughput skipped", file=sys.stderr)
+    if args.statutes.is_dir():
+        print(f"\nthroughput on {args.statutes}")
+        print(throughput(statute_texts(args.statutes), args.repeat))
+    else:
+        print(f"\nno statutes directory at {args.statutes}: throughput skipped", file=sys.stderr)
     return 0
 
 
