@@ -28,7 +28,10 @@ from .eu import designation_variants
 from .extraction import extract
 from .model import Identifier
 
-EXTRACTOR_VERSION = 1
+# 2: implementing and delegated EU acts keep their own designation (DVO, DelVO, DelRL, DurchfB,
+# no longer 'VO (EU) ...'), two-register case numbers are one value ('3 KLs 101 Js 47753/18'),
+# long register forms and further suffixes are found (issue 19, item 3).
+EXTRACTOR_VERSION = 2
 EXACT_WEIGHT = 2.0
 SECTION_WEIGHT = 1.0
 # A pasted value, not a sentence: at most this long and at most this many words.

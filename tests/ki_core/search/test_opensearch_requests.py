@@ -545,7 +545,7 @@ def test_open_index_builds_the_opensearch_backend_from_settings_without_a_reques
     )
     index = open_index(settings)
     assert isinstance(index, OpenSearchIndex) and isinstance(index, SearchIndex)
-    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing:t:3:ids1")
+    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing:t:3:ids2")
     index.close()
 
 
