@@ -150,6 +150,7 @@ class FirmIndexCorpus:
                 "chunk_id": _field(item, "chunk_id"),
                 "project_id": _field(item, "project_id"),
                 "title": _field(item, "title", "document_title"),
+                "citation": _citation(item),
             },
             "retrieval_kinds": list(_field(item, "retrieval_kinds", "legs") or ["firm_index"]),
             "corpus_id": self.corpus_id,
@@ -162,6 +163,15 @@ class FirmIndexCorpus:
         for hit, value in zip(hits, cosines(self.embedder, question, [h["text"] or " " for h in hits]), strict=True):
             hit["rank_score"] = float(value)
         return hits
+
+
+def _citation(item: Any) -> dict[str, Any] | None:
+    """The firm hit's full citation (project, document, version, source objects, excerpt) as /v1/search
+    shows it: a lawyer reading a federated answer must be able to open the very version that was cited."""
+    citation = _field(item, "citation")
+    if citation is None or isinstance(citation, Mapping):
+        return citation
+    return citation.model_dump(mode="json")
 
 
 def _response_hits(response: Any) -> list[Any]:

@@ -72,6 +72,12 @@ def test_the_firm_index_is_selected_beside_five_corpora_and_answers_what_only_th
     assert answer.selection["left_out"] == {"gesetze-5": "over the corpus cap (max_corpora_per_query 4)"}
     [memo] = [h for h in answer.hits if "Weitergabe vertraulicher Daten" in h.text]
     assert memo.corpus_id == "firm" and memo.address == "Gutachten zur fristlosen Kündigung"
+    # The same citation /v1/search gives: the cited version and the file it can be opened from.
+    citation = memo.metadata["citation"]
+    assert citation["version"]["id"] == memo.metadata["document_version_id"]
+    assert citation["document"]["title"] == "Gutachten zur fristlosen Kündigung"
+    assert [s["source_kind"] for s in citation["source_objects"]] == ["local_fs"]
+    assert citation["source_objects"][0]["external_id"].endswith(".txt")
     assert all(h.corpus_id != "firm" for h in stranger.hits)  # no grant, no firm hit
 
 
