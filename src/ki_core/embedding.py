@@ -696,9 +696,10 @@ class EmbedderWrapper:
 class CachedEmbedder(EmbedderWrapper):
     """An embedder that asks its inner embedder only for strings it has never embedded.
 
-    Reindexing and re-runs of an evaluation pay for each text once. Work is
-    done in batches of `batch_size`, each committed to the cache, so an
-    interrupted run resumes where it stopped.
+    Reindexing and re-runs of an evaluation pay for each text once. The cache is
+    read once per call (one pass of keyed SELECTs, however many texts); what it
+    lacks is embedded in batches of `batch_size`, each committed to the cache, so
+    an interrupted run resumes where it stopped.
     """
 
     def __init__(self, inner: Embedder, cache: VectorCacheFile, *, batch_size: int = 32):
@@ -709,27 +710,27 @@ class CachedEmbedder(EmbedderWrapper):
         self.misses = 0
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        for start in range(0, len(texts), self.batch_size):
-            batch = list(texts[start : start + self.batch_size])
-            out[start : start + len(batch)] = self._cached_batch(batch, query=False)
-        return out
+        if not texts:
+            return np.empty((0, self.dimensions), dtype=np.float32)
+        return self._cached(list(texts), query=False)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._cached_batch([text], query=True)[0]
+        return self._cached([text], query=True)[0]
 
-    def _cached_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
+    def _cached(self, texts: list[str], *, query: bool) -> np.ndarray:
         keys = [text_key(self.inner.model_input(t, query=query)) for t in texts]
         found = self.cache.get_many(self.signature, keys, self.dimensions)
+        # One text per key: a text repeated in the call is embedded once (and its repeats are hits).
         missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in found}
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
-        if missing:
-            computed = self._compute(list(missing.values()), query=query)
-            new = dict(zip(missing, computed, strict=True))
+        pending = list(missing.items())
+        for start in range(0, len(pending), self.batch_size):
+            batch = dict(pending[start : start + self.batch_size])
+            new = dict(zip(batch, self._compute(list(batch.values()), query=query), strict=True))
             self.cache.put_many(self.signature, new)
             found.update(new)
-        return np.vstack([found[key] for key in keys])
+        return np.vstack([found[key] for key in keys]).astype(np.float32, copy=False)
 
     def _compute(self, texts: list[str], *, query: bool) -> np.ndarray:
         if query:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Row, delete, func, select, update
 from sqlalchemy.orm import Session, defer
 
 from ki_core.acl import access_projection, in_set, principal_aliases
@@ -49,6 +49,7 @@ from ki_workers.stages.chunking import (
     split_body,
     text_hash,
 )
+from ki_workers.stages.ingest import version_and_document
 
 CLAUSE_STATUSES = (VersionStatus.FINAL, VersionStatus.EXECUTED)
 
@@ -181,7 +182,7 @@ def embed_version(ctx: WorkerContext, version_id: str) -> EmbedResult:
 
 def draft_version(session: Session, version_id: str, settings: Settings) -> VersionDrafts | None:
     """The drafts of a version that has text and did not fail; None for any other."""
-    version = session.get(DocumentVersion, version_id)
+    version, _ = version_and_document(session, version_id)  # draft_chunks finds the document loaded
     if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
         return None
     return VersionDrafts(version_id, version.document_id, draft_chunks(session, version, settings))
@@ -346,11 +347,19 @@ def observed_objects(session: Session, version_ids: list[str]) -> dict[str, str]
     return observed
 
 
-def _chunks_by_version(session: Session, version_ids: list[str]) -> dict[str, list[Chunk]]:
-    by_version: dict[str, list[Chunk]] = {}
+# What an index document takes from a chunk row: read as plain rows, not ORM objects (a plan
+# reads every chunk of its versions, and building and tracking objects cost more than the read).
+_INDEXED_CHUNK_COLUMNS = (Chunk.id, Chunk.version_id, Chunk.ordinal, Chunk.kind, Chunk.text, Chunk.locus,
+                          Chunk.clause_type_id, Chunk.embedding)
+
+
+def _chunks_by_version(session: Session, version_ids: list[str]) -> dict[str, list[Row]]:
+    by_version: dict[str, list[Row]] = {}
     if version_ids:
-        rows = session.scalars(
-            select(Chunk).where(in_set(Chunk.version_id, version_ids)).order_by(Chunk.version_id, Chunk.ordinal)
+        rows = session.execute(
+            select(*_INDEXED_CHUNK_COLUMNS)
+            .where(in_set(Chunk.version_id, version_ids))
+            .order_by(Chunk.version_id, Chunk.ordinal)
         )
         for row in rows:
             by_version.setdefault(row.version_id, []).append(row)
@@ -400,7 +409,7 @@ def doc_type_ancestors_many(session: Session, node_ids: set[str]) -> dict[str, t
     return {node: tuple(chain) for node, chain in ancestors.items()}
 
 
-def _index_chunk(row: Chunk, fields: dict, allowed, denied, access_version: int) -> IndexChunk:
+def _index_chunk(row: Row, fields: dict, allowed, denied, access_version: int) -> IndexChunk:
     meta = {"source_object_id": fields["source_object_id"], "kind": row.kind.value, "ordinal": row.ordinal}
     if row.kind == ChunkKind.CLAUSE:
         meta |= {"locus": row.locus, "clause_type": row.clause_type_id}

@@ -32,7 +32,7 @@ from ki_core.models import (
     SourceObservation,
     VersionStatus,
 )
-from ki_core.models.base import utcnow
+from ki_core.models.base import new_id, utcnow
 from ki_workers.sources.local_fs import ManifestEntry, document_key
 from ki_workers.stages.attachments import (
     ATTACHMENT_ORIGIN,
@@ -130,11 +130,23 @@ def get_or_create_document(session: Session, project: Project, key: str) -> tupl
     """The document; and whether it was created (then it has no versions yet)."""
     document = session.scalar(select(Document).where(Document.project_id == project.id, Document.key == key))
     if document is None:
-        document = Document(project_id=project.id, key=key, identifiers=[])
+        # Not flushed here: with its id set, its INSERT goes out with its first version's and
+        # carries the title and matter that ingest sets next (no UPDATE of a row just written).
+        document = Document(id=new_id(), project_id=project.id, key=key, identifiers=[])
         session.add(document)
-        session.flush()
         return document, True
     return document, False
+
+
+def version_and_document(session: Session, version_id: str) -> tuple[DocumentVersion | None, Document | None]:
+    """A version and its document in one statement: each stage runs in a session of its own, where
+    neither is in the identity map yet."""
+    row = session.execute(
+        select(DocumentVersion, Document)
+        .join(Document, Document.id == DocumentVersion.document_id)
+        .where(DocumentVersion.id == version_id)
+    ).one_or_none()
+    return (row[0], row[1]) if row is not None else (None, None)
 
 
 def ingest_bytes(
@@ -166,8 +178,6 @@ def ingest_bytes(
         document.title = entry.title
     name = filename or external_id
     stored = store_version(session, document, data, entry, filename=name, media_type=media_type, first=new_document)
-    if stored.converted is not None:
-        document.title = document.title or stored.converted.title
     annexes = store_attachments(session, project, document, stored, mail_name=name)
     touched, retired = observe(session, [s.version for s in (stored, *annexes)], obj, new_object=new_object)
     if stored.converted is not None:
@@ -199,7 +209,8 @@ def store_version(
     context: str | None = None,
     refused: str | None = None,
 ) -> StoredVersion:
-    """The version of `document` with these bytes; a new one is converted (or failed) now.
+    """The version of `document` with these bytes; a new one is converted (or failed) now, and its
+    title fills the document's if that has none.
 
     `first`: the document has no versions yet. `context` prefixes a failure
     reason (which attachment of which mail); `refused` fails a new version
@@ -213,19 +224,21 @@ def store_version(
     )
     if existing is not None:
         return _found(existing)
-    version = _new_version(session, document, digest, entry, first=first)
     try:
         if refused:
             raise ConversionError(refused)
         converted = convert(data, filename=filename, media_type=media_type)
     except ConversionError as exc:
-        version.processing_state = ProcessingState.FAILED
-        version.last_error = f"conversion failed: {context}: {exc}" if context else f"conversion failed: {exc}"
+        reason = f"conversion failed: {context}: {exc}" if context else f"conversion failed: {exc}"
+        version = _new_version(session, document, digest, entry, first=first,
+                               processing_state=ProcessingState.FAILED, last_error=reason)
         return StoredVersion(version, Outcome.FAILED)
-    version.text = converted.text
-    version.media_type = converted.media_type
-    version.language = entry.language or converted.language
-    version.processing_state = ProcessingState.CONVERTED
+    # Converted before the rows are written, so their INSERTs carry the text and title (no UPDATEs).
+    document.title = document.title or converted.title
+    version = _new_version(
+        session, document, digest, entry, first=first, text=converted.text, media_type=converted.media_type,
+        language=entry.language or converted.language, processing_state=ProcessingState.CONVERTED,
+    )
     return StoredVersion(version, Outcome.NEW, converted)
 
 
@@ -276,22 +289,30 @@ def _store_attachment(
 
 
 def _new_version(
-    session: Session, document: Document, digest: str, entry: ManifestEntry, *, first: bool = False
+    session: Session, document: Document, digest: str, entry: ManifestEntry, *, first: bool = False,
+    processing_state: ProcessingState, **content: str | None,
 ) -> DocumentVersion:
-    """The next version in the document's chain; `first`: the document has none yet."""
+    """The next version in the document's chain, written now; `first`: the document has none yet.
+
+    `content`: text, media type, language or last error, part of the row's INSERT. Flushed here
+    (with a new document's row, which the relationship orders first): the observation and
+    edges that refer to it have no relationship to order them after it.
+    """
     previous = None if first else session.scalar(
         select(DocumentVersion).where(DocumentVersion.document_id == document.id).order_by(DocumentVersion.seq.desc()).limit(1)
     )
     seq = previous.seq + 1 if previous is not None else 1
     version = DocumentVersion(
+        id=new_id(),
         document_id=document.id,
+        **content,
         seq=seq,
         version_label=entry.version,
         status=entry.status,
         previous_version_id=previous.id if previous else None,
         doc_date=entry.doc_date,
         content_hash=digest,
-        processing_state=ProcessingState.PENDING,
+        processing_state=processing_state,
     )
     session.add(version)
     session.flush()

@@ -20,7 +20,7 @@ from ki_core.models import (
     Relation,
     RelationKind,
 )
-from ki_workers.stages.ingest import get_or_create_matter
+from ki_workers.stages.ingest import get_or_create_matter, version_and_document
 from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, is_generic_title
 
 # The document's own identifiers (its Aktenzeichen, its contract number) stand in its
@@ -36,10 +36,9 @@ def record_metadata(
     link_now=False leaves `references` edges to one link_project_references
     pass after a batch (a folder sync), instead of one project scan per document.
     """
-    version = session.get(DocumentVersion, version_id)
+    version, document = version_and_document(session, version_id)
     if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
         return None
-    document = session.get(Document, version.document_id)
     metadata = extractor.extract(version.text, title=document.title)
     clauses = [clause.model_dump(mode="json") for clause in metadata.notable_clauses]
     _store_artifacts(
