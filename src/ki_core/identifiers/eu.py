@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from .dates import date_before
 from .laws import Law, law_table
 from .model import Identifier
-from .spans import SpanIndex, at_word_start
+from .spans import SpanIndex, at_word_start, contains_any
 
 # Titles are also printed in capitals ("DELEGIERTE VERORDNUNG (EU) 2019/945"), so those spellings are listed.
 # A lower-case or English qualifier ("die delegierte Verordnung", "Implementing Regulation") is read before the
@@ -36,12 +36,19 @@ _EU_ACT_CORE = (
     _EU_TYPE + r"\s*(?:\((?P<org>EU|EG|EWG|EC|EEC|Euratom|EGKS)\)\s*)?(?:(?P<nr>Nr\.?|No\.?)\s*)?"
     r"(?P<a>\d{1,4})/(?P<b>\d{1,4})(?:/(?P<suffix>EU|EG|EWG|EC|EEC|EGKS|Euratom))?(?![\d/])"
 )
-# one pass per form: a single alternation of all four is several times slower in `re`
-_EU_ACT_PATTERNS = (
-    re.compile(_EU_ACT_CORE),
-    re.compile(r"(?P<ba>\d\d(?:\d\d)?)/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"),  # "2009/24/EC"
-    re.compile(r"(?:CELEX|celex|Celex)(?:-?Nr\.?)?(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"),
-    re.compile(r"eli/(?P<eli>(?:reg|dir|dec)(?:_impl|_del)?)/(?P<eli_year>\d{4})/(?P<eli_num>\d{1,4})(?!\d)"),
+# One pass per form: a single alternation of all four is several times slower in `re`. A form
+# whose regex cannot skip ahead fast (it starts with a digit, or a literal common in any text)
+# comes with the literals every match of it holds, and a text without them skips its pass:
+# `in` is 2-5x faster than those scans. The type words need none: their scan skips ahead already,
+# and testing eleven literals costs more than it saves.
+_EU_ACT_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...] | None], ...] = (
+    (re.compile(_EU_ACT_CORE), None),
+    (re.compile(r"(?P<ba>\d\d(?:\d\d)?)/(?P<bb>\d{1,4})/(?P<bsuffix>EU|EG|EWG|EC|EEC)(?![\w])"), ("/E",)),  # "2009/24/EC"
+    (
+        re.compile(r"(?:CELEX|celex|Celex)(?:-?Nr\.?)?(?::|%3A|\s)\s?(?P<celex>[1-9]\d{4}[A-Z]{1,2}\d{1,4})"),
+        ("CELEX", "celex", "Celex"),
+    ),
+    (re.compile(r"eli/(?P<eli>(?:reg|dir|dec)(?:_impl|_del)?)/(?P<eli_year>\d{4})/(?P<eli_num>\d{1,4})(?!\d)"), ("eli/",)),
 )
 # an ordinal word before the act ("der Achten Richtlinie"), but "Delegierten" belongs to the act's type
 EU_ACT_AFTER = re.compile(
@@ -50,6 +57,7 @@ EU_ACT_AFTER = re.compile(
 )
 EU_ACT_BEFORE = re.compile(_EU_ACT_CORE + r"\s*,?\s*\Z")
 _EU_CASE = re.compile(r"(?P<court>[CT])-(?P<num>\d{1,4})/(?P<yy>\d{2})(?![\d/])(?:\s?(?P<appeal>P)(?![\w]))?")
+EU_CASE_LITERALS = ("C-", "T-")
 # designation -> CELEX type letter; the first designation of a letter is the plain form a CELEX number alone gets
 _CELEX_TYPES = {"VO": "R", "DVO": "R", "DelVO": "R", "RL": "L", "DelRL": "L", "Beschluss": "D", "DurchfB": "D"}
 _PLAIN = {"R": "VO", "L": "RL", "D": "Beschluss"}
@@ -70,7 +78,12 @@ _CELEX = re.compile(r"(?P<sector>3)(?P<year>\d{4})(?P<type>[RLD])(?P<num>\d{1,4}
 
 
 def scan_eu_acts(text: str) -> list[Identifier]:
-    found = [m for pattern in _EU_ACT_PATTERNS for m in pattern.finditer(text)]
+    found = [
+        m
+        for pattern, literals in _EU_ACT_PATTERNS
+        if literals is None or contains_any(text, literals)
+        for m in pattern.finditer(text)
+    ]
     return sorted(_eu_act_identifiers(text, found), key=lambda i: i.start)
 
 
@@ -192,6 +205,8 @@ def dedupe_eu_acts(acts: list[Identifier], statutes: list[Identifier]) -> list[I
 
 
 def scan_eu_cases(text: str) -> Iterator[Identifier]:
+    if not contains_any(text, EU_CASE_LITERALS):
+        return
     for m in _EU_CASE.finditer(text):
         if not at_word_start(text, m.start(), "_-"):
             continue

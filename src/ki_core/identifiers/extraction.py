@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from .case_numbers import scan_case_numbers
@@ -11,6 +12,10 @@ from .model import Identifier
 from .registers import scan_registers
 from .spans import outside
 from .statutes import scan_statutes
+
+# Every kind carries a digit (a section, a year, a file or register number); each scanner's
+# trigger requires one, so a text without a digit holds no identifier.
+_DIGIT = re.compile(r"\d")
 
 
 def extract(
@@ -22,6 +27,8 @@ def extract(
     `context_section` (e.g. "§ 204") additionally resolves relative references
     such as "Absatz 1 Nr. 6a", which are skipped without it.
     """
+    if _DIGIT.search(text) is None:
+        return []
     # An ECLI hides what its ordinal looks like; statutes and EU references come next;
     # a case number or register number inside an earlier span is part of that span.
     found = list(scan_eclis(text))

@@ -110,10 +110,19 @@ class _ChainState:
 
 def parse_chain(text: str, start: int, pos: int, path: list[Part], is_par: bool, plural: bool) -> Chain:
     state = _ChainState(text, path, pos, is_par, plural)
-    while any(step(state) for step in _CHAIN_STEPS):
+    while _took_a_step(state):
         pass
     state.leaves.append(state.path)
     return Chain(start, state.pos, state.leaves, is_par, plural)
+
+
+def _took_a_step(state: _ChainState) -> bool:
+    """The first step that reads on from the position takes it; a loop, not any() over a generator,
+    because this runs for every part of every chain."""
+    for step in _CHAIN_STEPS:
+        if step(state):
+            return True
+    return False
 
 
 def _step_ff(s: _ChainState) -> bool:
