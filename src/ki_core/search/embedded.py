@@ -75,6 +75,10 @@ _COPY_BLOCK_ROWS = 16_384
 LARGE_SCOPE_TERMS = 512
 POST_FILTER_OVERSAMPLE = 1.5
 POST_FILTER_MAX_WINDOW = 10_000
+# Up to this many matches, ranking every match and masking beats the term set (~1.3 µs a hit
+# against ~11 ms CPU for a 1,786-id set at 50,000 chunks; the peer bench's 10 %-by-document-grants
+# caller: lexical leg p50 10.8 -> 2.9 ms CPU, p95 unchanged).
+POST_FILTER_ALL_MATCHES = 8_000
 _ABSENT = object()
 
 
@@ -488,12 +492,22 @@ class EmbeddedIndex:
         self, leg_field: str, request: MultiSearchRequest, admitted: Admitted
     ) -> LegHits | None:
         """A scope listing many documents: rank under the metadata filters alone and keep what the
-        slot mask admits. Exact when the oversampled window yields `size` admitted hits or holds
-        every match; otherwise None, and the caller runs the exact term-set filter."""
+        slot mask admits. Exact when the window yields `size` admitted hits or holds every match;
+        otherwise None, and the caller runs the exact term-set filter.
+
+        When the scope admits so few rows that the oversampled window would be too deep, the
+        query's matches are counted first (~0.1 ms): a query matching at most
+        POST_FILTER_ALL_MATCHES chunks ranks them all, which is exact whatever the scope admits
+        and cheaper than the term set (10 % of 17,859 documents by document grants: the set
+        alone costs ~11 ms CPU per leg); a query matching more goes to the term set directly."""
+        loose = self.text.strict_filter(None, request.filters)
         window = math.ceil(request.size * POST_FILTER_OVERSAMPLE * self.table.live_count / admitted.count)
         if window > POST_FILTER_MAX_WINDOW:
-            return None
-        loose = self.text.strict_filter(None, request.filters)
+            matches = self.text.match_count(leg_field, request.query_text, loose, request.identifier_terms)
+            if matches > POST_FILTER_ALL_MATCHES:
+                return None
+            # One more than counted: a full window means a commit added matches since the count.
+            window = matches + 1
         ranked = self.text.ranked(leg_field, request.query_text, loose, window, request.identifier_terms)
         slots, scores = self._admitted_hits(ranked, admitted)
         if len(slots) < request.size and len(ranked.chunk_ids) == window:

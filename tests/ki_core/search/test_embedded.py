@@ -280,6 +280,29 @@ def test_post_filtering_a_long_scope_ranks_exactly_like_the_term_set_filter(
     assert post_filtered == exact
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scope=scopes, filters=st.sampled_from(BROAD_FILTERS), size=st.integers(1, 30),
+       all_matches=st.sampled_from([0, 1, 5, 10_000]))  # fmt: skip
+def test_ranking_every_counted_match_of_a_narrow_long_scope_is_exact_too(
+    shared_loaded_index, scope: ScopeFilter, filters: SearchFilters, size: int, all_matches: int
+) -> None:
+    """The path a scope admitting few rows takes (its oversampled window would be too deep): the
+    matches are counted, and at most POST_FILTER_ALL_MATCHES of them are all ranked and masked;
+    more, and the term set runs. Both must give the term set's ranking."""
+    if not isinstance(shared_loaded_index, EmbeddedIndex):
+        return
+    request = MultiSearchRequest(query_text=BROAD_QUERY + " § 573c BGB", query_vector=None, scope=scope,
+                                 filters=filters, size=size)  # fmt: skip
+    exact = shared_loaded_index.multi_search(request)
+    with (
+        patch.object(embedded_module, "LARGE_SCOPE_TERMS", -1),
+        patch.object(embedded_module, "POST_FILTER_MAX_WINDOW", 0),
+        patch.object(embedded_module, "POST_FILTER_ALL_MATCHES", all_matches),
+    ):
+        counted = shared_loaded_index.multi_search(request)
+    assert counted == exact
+
+
 @pytest.mark.parametrize(
     "scope",
     [EVERYTHING, ScopeFilter(project_ids=frozenset({"proj-kauf"})), ScopeFilter(document_ids=frozenset({"doc-mv-2"}))],
