@@ -42,3 +42,24 @@ def test_eugh_case_is_a_case_number_and_an_eu_reference() -> None:
     )
     (ref,) = [i for i in extract("Rs. C-284/03") if i.kind == "eu_reference"]
     assert ref.celex == "62003CJ0284"
+
+
+def test_a_plural_type_word_names_every_act_of_its_list() -> None:
+    text = "zur Änderung der Verordnungen (EU) Nr. 228/2013, (EU) Nr. 652/2014 und (EU) Nr. 1143/2014 des Rates"
+    items = extract(text)
+    assert [i.normalized for i in items] == ["VO (EU) Nr. 228/2013", "VO (EU) Nr. 652/2014", "VO (EU) Nr. 1143/2014"]
+    assert [i.as_written for i in items] == ["Verordnungen (EU) Nr. 228/2013", "(EU) Nr. 652/2014", "(EU) Nr. 1143/2014"]
+    assert [i.celex for i in items] == ["32013R0228", "32014R0652", "32014R1143"]
+
+
+def test_a_plural_implementing_act_and_a_directive_list_keep_their_designation_once_each() -> None:
+    assert found("der Durchführungsverordnungen (EU) Nr. 1014/2010 und (EU) 2017/1152") == [
+        "DVO (EU) Nr. 1014/2010", "DVO (EU) 2017/1152"
+    ]
+    assert found("Aufgrund der Richtlinien 2003/58/EG, 68/151/EWG sowie 2001/34/EG") == [
+        "RL 2003/58/EG", "RL 68/151/EWG", "RL 2001/34/EG"
+    ]
+
+
+def test_plural_decisions_of_a_court_are_no_eu_acts() -> None:
+    assert extract("die Beschlüsse 1/19 und 2/19 des Senats") == []

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from ki_core.identifiers import extract
 from ki_core.identifiers import ecli as ecli_module
 from ki_core.identifiers import eu as eu_module
+from ki_core.identifiers import registers as registers_module
 from ki_core.identifiers.spans import contains_any
 
 EXCERPT = Path(__file__).resolve().parents[1] / "fixtures" / "identifiers" / "scan-output-excerpt.jsonl.gz"
@@ -57,11 +58,16 @@ _FRAGMENTS = [
     "ECLI", "ecli", "Ecli", "ECL", ":", " ", "DE", "BGH", "2020", "0512", ".", "C", "T", "-", "–",
     "12", "/", "19", "2009", "24", "EU", "EG", "EC", "EEC", "E", "CELEX", "celex", "Celex", "CELE",
     "%3A", "3", "2016", "R", "0679", "eli", "reg", "_impl", "_del", "dir", "eli-", "1",
+    "Vereins", "Handels", "register", "Register", "-Nr.", "nummer", "unter", " der ", "Nr.", "Nummer", "im", "in das",
+    "B", "Verordnung", "Verordnungen", "en", "(EU)", "Richtlinie", "Richtlinien", "Beschlüsse", "Regulations", "s",
 ]
 _GUARDED = [
     ("ECLI", ecli_module._ECLI, ecli_module.ECLI_LITERALS),
     ("EuGH case", eu_module._EU_CASE, eu_module.EU_CASE_LITERALS),
     *[(f"EU act form {i}", pattern, literals) for i, (pattern, literals) in enumerate(eu_module._EU_ACT_PATTERNS) if literals],
+    ("EU acts in a list", eu_module._PLURAL_TYPE, eu_module._PLURAL_LITERALS),
+    ("register in words", registers_module._LONG_FORM, registers_module._LONG_FORM_LITERALS),
+    ("number before the register", registers_module._NUMBER_FIRST, registers_module._LONG_FORM_LITERALS),
 ]
 
 

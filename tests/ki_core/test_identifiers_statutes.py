@@ -236,3 +236,10 @@ def test_every_law_of_the_statute_corpus_is_in_the_law_table(gii_key: str) -> No
 @pytest.mark.parametrize("text", ["Gilt § 573c Abs. 1 BGB?", "Gilt § 573c Abs. 1 BGB!", "(§ 573c Abs. 1 BGB)"])
 def test_a_citation_before_a_question_or_exclamation_mark_names_its_law(text: str) -> None:
     assert [i.normalized for i in extract(text)] == ["§ 573c Abs. 1 BGB"]
+
+
+def test_a_collection_filed_under_law_and_section_is_no_citation_of_the_norm() -> None:
+    text = "OLG Bamberg, Beschluss vom 17.07.2012 - 3 Ss OWi 944/12 = DAR 2012, 528 = OLGSt StVG § 25 Nr. 52"
+    assert [i.kind for i in extract(text)] == ["case_number"]
+    assert found("BGH, Beschl. v. 13.06.1991 – 4 StR 105/91 = BGHR StGB § 64 Ablehnung 4") == ["4 StR 105/91"]
+    assert found("Der Fahrverbot nach § 25 StVG") == ["§ 25 StVG"]

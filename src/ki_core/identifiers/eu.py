@@ -32,10 +32,29 @@ _EU_TYPE = (
 _QUALIFIER = re.compile(r"(?:(?P<delegated>delegierten?|Delegated)|(?P<implementing>Implementing))\s+\Z")
 _QUALIFIED = {("delegated", "VO"): "DelVO", ("delegated", "RL"): "DelRL", ("implementing", "VO"): "DVO",
               ("implementing", "Beschluss"): "DurchfB"}
-_EU_ACT_CORE = (
-    _EU_TYPE + r"\s*(?:\((?P<org>EU|EG|EWG|EC|EEC|Euratom|EGKS)\)\s*)?(?:(?P<nr>Nr\.?|No\.?)\s*)?"
+# the number after the type word: "(EU) 2016/679", "(EG) Nr. 1393/2007", "2006/112/EG"
+_ACT_NUMBER = (
+    r"(?:\((?P<org>EU|EG|EWG|EC|EEC|Euratom|EGKS)\)\s*)?(?:(?P<nr>Nr\.?|No\.?)\s*)?"
     r"(?P<a>\d{1,4})/(?P<b>\d{1,4})(?:/(?P<suffix>EU|EG|EWG|EC|EEC|EGKS|Euratom))?(?![\d/])"
 )
+_EU_ACT_CORE = _EU_TYPE + r"\s*" + _ACT_NUMBER
+# One plural type word for a list of acts: "der Verordnungen (EU) Nr. 228/2013, (EU) Nr. 652/2014 und
+# (EU) Nr. 1143/2014"; each number is read as after the singular.
+_PLURAL_TYPE = re.compile(
+    r"(?P<type>Durchführungsverordnungen|Delegierten\s+Verordnungen|Verordnungen|Delegierten\s+Richtlinien|"
+    r"Richtlinien|Durchführungsbeschlüsse|Beschlüsse|Regulations|Directives|Decisions)\s*(?=[(\d]|N[ro])"
+)
+_PLURAL_TYPE_WORDS = {
+    "verordnungen": "verordnung", "durchführungsverordnungen": "durchführungsverordnung",
+    "delegierten verordnungen": "delegierte verordnung", "richtlinien": "richtlinie",
+    "delegierten richtlinien": "delegierte richtlinie", "beschlüsse": "beschluss",
+    "durchführungsbeschlüsse": "durchführungsbeschluss", "regulations": "regulation", "directives": "directive",
+    "decisions": "decision",
+}
+# in every plural type word; long literals, so `in` beats scanning for the alternation's capitals
+_PLURAL_LITERALS = ("erordnungen", "ichtlinien", "eschlüsse", "Regulations", "Directives", "Decisions")
+_ACT_NUMBER_AT = re.compile(_ACT_NUMBER)
+_LIST_JOIN = re.compile(r"\s*(?:,\s*(?:und|sowie|oder|and|or)?|und|sowie|oder|and|or)\s*")
 # One pass per form: a single alternation of all four is several times slower in `re`. A form
 # whose regex cannot skip ahead fast (it starts with a digit, or a literal common in any text)
 # comes with the literals every match of it holds, and a text without them skips its pass:
@@ -84,7 +103,27 @@ def scan_eu_acts(text: str) -> list[Identifier]:
         if literals is None or contains_any(text, literals)
         for m in pattern.finditer(text)
     ]
-    return sorted(_eu_act_identifiers(text, found), key=lambda i: i.start)
+    return sorted([*_eu_act_identifiers(text, found), *_listed_acts(text)], key=lambda i: i.start)
+
+
+def _listed_acts(text: str) -> Iterator[Identifier]:
+    """The acts of a list after a plural type word, the first one's span from that word."""
+    if not contains_any(text, _PLURAL_LITERALS):
+        return
+    for m in _PLURAL_TYPE.finditer(text):
+        if not at_word_start(text, m.start()):
+            continue
+        kind = _qualified(m, _TYPE_WORDS[_PLURAL_TYPE_WORDS[" ".join(m.group("type").split()).casefold()]])
+        start, pos = m.start(), m.end()
+        while (item := _ACT_NUMBER_AT.match(text, pos)) is not None:
+            act = _act_of_number(kind, item.groupdict())
+            if act is not None:
+                yield Identifier(kind="eu_reference", normalized=act.citation, as_written=text[start : item.end()],
+                                 start=start, end=item.end(), law=act.citation, celex=act.celex)
+            join = _LIST_JOIN.match(text, item.end())
+            if join is None or join.end() == item.end():
+                break
+            start = pos = join.end()
 
 
 def _eu_act_identifiers(text: str, matches: list[re.Match[str]]) -> Iterator[Identifier]:
@@ -118,8 +157,12 @@ def eu_act_from_match(m: re.Match[str]) -> Law | None:
         return _eu_act(_ELI_KINDS[groups["eli"]], int(groups["eli_year"]), int(groups["eli_num"]), None)
     if groups.get("ba"):
         return _eu_act("RL", _year4(groups["ba"]), int(groups["bb"]), groups["bsuffix"])
-    kind = _qualified(m, _TYPE_WORDS[" ".join(groups["type"].split()).casefold()])
-    org, a, b = groups["org"], groups["a"], groups["b"]
+    return _act_of_number(_qualified(m, _TYPE_WORDS[" ".join(groups["type"].split()).casefold()]), groups)
+
+
+def _act_of_number(kind: str, groups: dict[str, str | None]) -> Law | None:
+    """The act a type (VO, RL, ...) and the groups of _ACT_NUMBER name, or None if they name none."""
+    org, a, b = groups["org"], groups["a"] or "", groups["b"] or ""
     if _CELEX_TYPES[kind] == "D" and not (org or groups["suffix"]):
         return None  # "Beschluss 1/19" is a court's decision, not the EU's
     if _CELEX_TYPES[kind] != "R":

@@ -8,7 +8,7 @@ from functools import cache
 
 from .courts import PLACE, alternation, court_table
 from .model import Identifier
-from .spans import at_word_start
+from .spans import at_word_start, contains_any
 
 
 @cache
@@ -17,7 +17,7 @@ def _register_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[s
     types = alternation([*courts.register_types, "HR A", "HR B"])
     suffixes = alternation(courts.register_suffixes)
     number = re.compile(
-        rf"(?P<type>{types})(?:\s*-?\s*Nr\.?)?\s*(?P<num>\d{{1,7}})(?![\w]|[./]\d)"
+        rf"(?P<type>{types})(?:\s*-?\s*Nr\.?|\s*-)?\s*(?P<num>\d{{1,7}})(?![\w]|[./]\d)"  # "HRB - 44244"
         rf"(?:\s(?P<suffix>{suffixes})(?![\w-]))?"
     )
     cue = re.compile(r"(?i:register|amtsgericht|eingetragen)|\bAG\b")
@@ -25,10 +25,24 @@ def _register_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[s
     return number, cue, court
 
 
-# "Handelsregister B des Amtsgerichts Nürnberg unter Nummer 39667": the department named in words, the number bare
+# The register named in words and the number bare: "Handelsregister B des Amtsgerichts Nürnberg unter
+# Nummer 39667", "im Vereinsregister des Amtsgerichts München Registernummer: 14188", "unter
+# "Register-Nr. 79"". Only the Handelsregister has departments (A or B), which must then be named.
+_REGISTER_WORDS = {"Handels": None, "Vereins": "VR", "Partnerschafts": "PR", "Genossenschafts": "GnR"}
+_REGISTER_WORD = r"(?P<register>Handels|Vereins|Partnerschafts|Genossenschafts)register"
+_NUMBER_CUE = r"(?:\bunter\s+(?:der\s+)?(?:Nummer|Nr\.?)|\bRegister(?:nummer|-Nr\.?))\s*:?\s*"
 _LONG_FORM = re.compile(
-    r"Handelsregisters?\b(?P<between>[^\d\n]{0,80}?)\bunter\s+(?:der\s+)?(?:Nummer|Nr\.?)\s*(?P<num>\d{1,7})(?![\w./])"
+    _REGISTER_WORD + r"s?\b(?P<between>[^\d\n]{0,80}?)" + _NUMBER_CUE + r"(?P<num>\d{1,7})(?![\w./])"
 )
+# The number first: "ist unter der derzeitigen Nr. 400266 in das Vereinsregister des Amtsgerichts
+# Stuttgart eingetragen"; not for the Handelsregister, whose department would follow unread.
+_NUMBER_FIRST = re.compile(
+    r"unter\s+(?:der\s+)?(?:[a-zäöüß]+en\s+)?(?:Nummer|Nr\.?)\s*(?P<num>\d{1,7})\s+(?:in\s+das|im)\s+"
+    r"(?P<register>Vereins|Partnerschafts|Genossenschafts)register\b"
+)
+# Both long forms name the register in words; a text without the word skips their scans (`in` finds
+# a literal this long far faster than the alternation of the register words can be scanned for).
+_LONG_FORM_LITERALS = ("register",)
 _DEPARTMENT = re.compile(r"(?:\A|\s)(?:Abteilung\s+|Abt\.\s*)?(?P<abt>[AB])(?=[\s,])")
 
 
@@ -38,12 +52,18 @@ def scan_registers(text: str) -> Iterator[Identifier]:
 
 
 def _long_forms(text: str) -> Iterator[Identifier]:
-    """Only with the department (A or B) named: "Handelsregister des Amtsgerichts X unter Nummer 5" is either."""
-    for m in _LONG_FORM.finditer(text):
-        department = _DEPARTMENT.search(m.group("between"))
-        if department is None:
-            continue
-        register = "HR" + department.group("abt")
+    """A Handelsregister entry only with its department named: "Handelsregister des Amtsgerichts X unter
+    Nummer 5" is either."""
+    if not contains_any(text, _LONG_FORM_LITERALS):
+        return
+    number_first = (m for m in _NUMBER_FIRST.finditer(text) if at_word_start(text, m.start()))
+    for m in sorted([*_LONG_FORM.finditer(text), *number_first], key=lambda m: m.start()):
+        register = _REGISTER_WORDS[m.group("register")]
+        if register is None:
+            department = _DEPARTMENT.search(m.group("between"))
+            if department is None:
+                continue
+            register = "HR" + department.group("abt")
         yield Identifier(
             kind="register_number",
             normalized=f"{register} {m.group('num')}",

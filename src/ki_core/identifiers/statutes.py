@@ -29,8 +29,9 @@ _GROUP_SEP = re.compile(
     r"(?:Anh(?:\.|ang)\s*(?:Nr\.\s*)?\d+[a-z]?\s*,\s*)?"  # "§ 3 Abs. 3 i.V. mit Anh. Nr. 13, § 5 Abs. 2 UWG"
     r"(?=§|Art|Paragra)"
 )
-# "SozR 4-2500 § 13 Nr 33", "Buchholz 406.11 § 9 BauGB Nr. 74": collection numbering, not a norm
-_REPORTER_BEFORE = re.compile(r"(?:SozR|Buchholz|BVerwGE)\s*[\d.\-–]*\s*\Z")
+# "SozR 4-2500 § 13 Nr 33", "Buchholz 406.11 § 9 BauGB Nr. 74", "OLGSt StVG § 25 Nr. 52", "BGHR StGB § 64
+# Ablehnung 4": collections that file decisions under a law and section, not a norm
+_REPORTER_BEFORE = re.compile(r"(?:(?:SozR|Buchholz|BVerwGE)\s*[\d.\-–]*|(?:BGHR|OLGSt)\s+[A-ZÄÖÜ][\w-]*)\s*\Z")
 
 
 def scan_statutes(text: str, context_law: str | None, context_section: str | None) -> Iterator[Identifier]:
