@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -253,6 +253,17 @@ def test_same_bytes_with_new_status_update_the_version_without_a_new_one(dms) ->
         versions = list(session.scalars(select(DocumentVersion)))
     assert len(versions) == 1 and versions[0].status == VersionStatus.EXECUTED
     assert dms.index().stored_fields(_first_chunk(dms, versions[0].id))["version_status"] == "executed"
+
+
+def test_a_status_change_without_a_date_keeps_the_date_read_from_the_text(dms) -> None:
+    letter = "Berlin, den 14. März 2025\n\nSehr geehrte Damen und Herren,\n" + TEXT
+    submit(dms, upserted("A-1", text=letter, status="draft"))
+    assert version_of(dms, "A-1").doc_date == date(2025, 3, 14)
+    submit(dms, upserted("A-1", text=letter, status="final", minutes=2))
+    version = version_of(dms, "A-1")
+    assert (version.status, version.doc_date) == (VersionStatus.FINAL, date(2025, 3, 14))
+    submit(dms, upserted("A-1", text=letter, status="final", doc_date="2025-03-20", minutes=3))
+    assert version_of(dms, "A-1").doc_date == date(2025, 3, 20)  # a date the DMS sends still wins
 
 
 def test_a_deleted_document_leaves_search_and_sql_keeps_its_history(dms) -> None:

@@ -349,7 +349,11 @@ def _apply_metadata(session: Session, version: DocumentVersion, event: DocumentU
     if event.title:
         document.title = event.title
     changed = False
-    wanted = {"status": event.status, "version_label": event.version_label, "doc_date": event.doc_date}
+    wanted = {"status": event.status, "version_label": event.version_label}
+    # Like title and language, a date the event does not carry leaves the version's date alone:
+    # it may have come from the text (record_metadata), and the same bytes are not re-extracted.
+    if event.doc_date:
+        wanted["doc_date"] = event.doc_date
     if event.language:
         wanted["language"] = event.language
     for name, value in wanted.items():
