@@ -46,6 +46,10 @@ class Grant(Base):
         ),
         CheckConstraint("length(principal) > 0", name="principal_not_empty"),
         Index("ix_grants_principal_effect", "principal", "effect"),
+        # Migration 0011: E's grants of a kind, and E's document allows in document order, read
+        # without table rows (ki_query.scope).
+        Index("ix_grants_principal_scope_effect_document", "principal", "scope", "effect", "document_id"),
+        Index("ix_grants_document_scope_effect_principal", "document_id", "scope", "effect", "principal"),
         # NULLs are distinct in unique indexes on both databases: key on the one target. The
         # origin is part of the key, so a local rule and a mirrored ACL entry alike are two rows.
         Index(
@@ -145,6 +149,8 @@ class DocumentAccessSummary(Base):
             "local_delegation",
             "has_active_observation",
         ),
+        # Migration 0011: the summary in document order, for merging it with E's document allows.
+        Index("ix_document_access_summary_document_project", "document_id", "project_id", "local_delegation"),
     )
 
     document_id: Mapped[str] = mapped_column(
