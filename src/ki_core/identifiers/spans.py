@@ -18,8 +18,9 @@ _WS = re.compile(r"\s*")
 def contains_any(text: str, literals: Iterable[str]) -> bool:
     """Whether one of `literals` occurs in `text`.
 
-    A scanner whose every match contains one of its literals skips a text without any: a substring
-    test runs at memory speed, a regex scan and the Python around it do not.
+    A scanner whose every match contains one of its literals skips a text without any. Worth it only
+    for few, long or rare literals: `in` then beats a scan that cannot skip ahead (2-5x, measured in
+    bench/identifiers.py), while nine short ones cost more than the scan they guard.
     """
     return any(literal in text for literal in literals)
 
