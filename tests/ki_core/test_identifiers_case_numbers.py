@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from ki_core.identifiers import extract
-from tests.ki_core.found_identifiers import found_kinds
+from tests.ki_core.found_identifiers import found, found_kinds
 
 
 @pytest.mark.parametrize(
@@ -70,3 +70,11 @@ def test_case_number_takes_court_and_date_from_the_citation() -> None:
 )
 def test_reporter_citations_phone_numbers_and_dates_are_not_identifiers(text: str) -> None:
     assert extract(text) == []
+
+
+def test_an_appeal_mark_after_a_suffix_word_is_part_of_the_suffix() -> None:
+    assert found("Landessozialgericht Baden-Württemberg Beschluss, 28. März 2007 - L 7 AS 1214/07 ER-B") == [
+        "L 7 AS 1214/07 ER-B"
+    ]
+    assert found("LSG Sachsen-Anhalt Aktenzeichen L 8 SO 54/17 B ER") == ["L 8 SO 54/17 B ER"]
+    assert found("im Bebauungsplan 12/20 B-Plan") == []

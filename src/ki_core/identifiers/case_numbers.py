@@ -42,7 +42,8 @@ def _az_suffix_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     words = alternation(courts.az_suffixes)
     brackets = alternation(courts.az_bracket_suffixes)
     return (
-        re.compile(rf"(?:(?:\.[A-ZÄÖÜ]{{1,4}})+|\s(?:{words})(?:,(?:{words}))*)(?![\wÄÖÜäöü-])"),
+        # "-B" marks the appeal against a ruling of that kind: "L 7 AS 1214/07 ER-B" (LSG Baden-Württemberg)
+        re.compile(rf"(?:(?:\.[A-ZÄÖÜ]{{1,4}})+|\s(?:{words})(?:-B)?(?:,(?:{words}))*)(?![\wÄÖÜäöü-])"),
         # a known bracket suffix may follow a dash: "14 W 52/24 - (Wx)"
         re.compile(rf"(?:\s[-–]\s(?=\((?:{brackets})\)))?\s?\((?:{brackets}|[A-ZÄÖÜ][a-zäöü]{{1,4}})\)"),
     )
