@@ -3,6 +3,10 @@
 Every world is large enough that a project is partly visible through document
 grants (the many-exceptions shape of the scope bench), and every scope is
 compared with the predicate's plain id list as well as with the expected names.
+Each test runs twice: with the product's threshold (a caller with few
+document allows has them read as rows) and with none, so that the allows are
+counted against the candidates and a project most of whose documents are
+allowed is read as its complement (the merge of two sorted index scans).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from ki_core.config import Settings
+from ki_query import scope as scope_module
 from ki_query.scope import AccessService, CompiledAccessScope
 from tests.ki_core.access_world import World
 
@@ -28,18 +33,29 @@ def admitted(world: World, scope: CompiledAccessScope) -> set[str]:
     return {name for name, d in world.documents.items() if scope.admits(d.project_id, d.id)}
 
 
-def scope_of(world: World, principals: list[str]) -> set[str]:
+def compiled(world: World, principals: list[str], project_id: str | None = None) -> CompiledAccessScope:
+    return AccessService(world.session, world.settings).compile_scope(principals, project_id)
+
+
+def scope_of(world: World, principals: list[str], project: str | None = None) -> set[str]:
     """The names the compact filter admits, checked against the predicate's id list first."""
     service = AccessService(world.session, world.settings)
-    scope = service.compile_scope(principals)
+    project_id = world.projects[project].id if project else None
+    scope = service.compile_scope(principals, project_id)
     names = admitted(world, scope)
-    assert names == world.document_names(service.visible_document_ids(principals)), "compact filter vs predicate"
+    expected = world.document_names(service.visible_document_ids(principals, project_id))
+    assert names == expected, "compact filter vs predicate"
     assert scope.visible_document_count == len(names)
+    visible_projects = {world.documents[n].project_id for n in names}
+    assert scope.visible_project_ids == visible_projects
+    assert scope.filter.term_count <= len(visible_projects) + scope.hidden_document_count
     return names
 
 
-@pytest.fixture
-def world(db_session: Session) -> World:
+@pytest.fixture(params=["few-allows-as-rows", "allows-counted"])
+def world(request: pytest.FixtureRequest, db_session: Session, monkeypatch: pytest.MonkeyPatch) -> World:
+    if request.param == "allows-counted":
+        monkeypatch.setattr(scope_module, "FEW_DOCUMENT_ALLOWS", 0)
     return World(db_session)
 
 
@@ -148,3 +164,78 @@ def test_a_local_object_allow_opens_that_local_file_alone(world: World) -> None:
     for name in names[3:]:
         world.allow("alice", document=name)
     assert scope_of(world, ["alice"]) == {names[2], names[3], names[4]}
+
+
+def test_most_of_a_project_by_document_grants_hides_the_ungranted_denied_and_undelegating(world: World) -> None:
+    names = files(world, "a", 12) + files(world, "b", 4)
+    for name in names[:11] + names[12:13]:
+        world.allow("team", document=name)
+    world.members("team", ["alice"])
+    world.allow("alice", document=names[0])  # two grants name one document
+    world.deny("alice", document=names[1])
+    world.deny("alice", obj=names[2])
+    world.object("a-3.dms", "dms", [])
+    world.observe("a-3", "a-3.dms")  # a known ACL switches delegation off
+    expected = set(names[:11]) - {names[1], names[2], names[3]} | {names[12]}
+    assert scope_of(world, ["alice"]) == expected
+    scope = compiled(world, ["alice"])
+    a, b = world.projects["a"].id, world.projects["b"].id
+    assert a in scope.filter.project_ids and b not in scope.filter.project_ids
+    assert world.document_names(scope.filter.excluded_document_ids) == {names[1], names[2], names[3], names[11]}
+    assert world.document_names(scope.filter.document_ids) == {names[12]}
+
+
+def test_a_whole_project_without_exceptions_costs_one_term_and_no_ids(world: World) -> None:
+    files(world, "a", 8)
+    files(world, "b", 8)
+    world.allow("alice", project="a")
+    world.allow("alice", project="b")
+    scope = compiled(world, ["alice"])
+    assert scope.filter.project_ids == scope.fully_visible_project_ids == {world.projects[p].id for p in "ab"}
+    assert not scope.filter.excluded_document_ids and not scope.filter.document_ids
+    assert scope.visible_document_count == 16
+
+
+def test_a_whole_project_with_most_documents_denied_lists_the_visible_ones(world: World) -> None:
+    names = files(world, "a", 10)
+    world.allow("alice", project="a")
+    for name in names[2:]:
+        world.deny("alice", document=name)
+    assert scope_of(world, ["alice"]) == set(names[:2])
+    scope = compiled(world, ["alice"])
+    assert not scope.filter.project_ids
+    assert world.document_names(scope.filter.document_ids) == set(names[:2])
+
+
+def test_a_project_filter_keeps_document_grants_elsewhere_out(world: World) -> None:
+    names = files(world, "a", 6) + files(world, "b", 6)
+    for name in names:
+        world.allow("alice", document=name)
+    world.deny("alice", document=names[7])
+    assert scope_of(world, ["alice"], project="b") == set(names[6:]) - {names[7]}
+    assert scope_of(world, ["alice"], project="a") == set(names[:6])
+
+
+def test_a_source_allow_opens_a_project_no_local_grant_reaches(world: World) -> None:
+    files(world, "a", 3)
+    for i in range(5):
+        world.version(f"m{i}", f"m{i}", "m")
+        world.object(f"m{i}", "dms", [("team", "allow")] if i < 4 else [])
+        world.observe(f"m{i}", f"m{i}")
+    world.members("team", ["alice"], source="dms")
+    world.deny("alice", document="m0")
+    assert scope_of(world, ["alice"]) == {"m1", "m2", "m3"}
+    scope = compiled(world, ["alice"])
+    assert scope.visible_project_ids == {world.projects["m"].id}
+    assert scope.hidden_document_count == 2
+
+
+def test_a_denied_project_stays_shut_whatever_names_its_documents(world: World) -> None:
+    names = files(world, "a", 6)
+    for name in names:
+        world.allow("alice", document=name)
+    world.object("a-0.dms", "dms", [("alice", "allow")])
+    world.observe("a-0", "a-0.dms")
+    world.deny("alice", project="a")
+    assert scope_of(world, ["alice"]) == set()
+    assert compiled(world, ["alice"]).is_empty
