@@ -18,6 +18,7 @@ from tests.ki_core.search.backends import OPENSEARCH_URL
 from ki_workers.context import reset_worker_context, worker_context
 from ki_workers.folder_sync import sync_folder
 from ki_workers.reindex import rebuild_index
+from ki_workers.stages.metadata import RuleBasedExtractor
 from tests.ki_workers.conftest import CountingEmbedder
 
 
@@ -156,8 +157,9 @@ def test_reindex_re_extracts_what_an_older_extractor_wrote_and_keeps_what_the_so
         versions = dict(session.execute(
             select(Document.key, DocumentVersion.id).join(DocumentVersion, DocumentVersion.document_id == Document.id)
         ).all())
-        # As the old extractor left them: its wrong date on the brief; a DMS date on the note.
-        session.execute(update(MetadataArtifact).values(producer="rules:1"))
+        # As the previous release's extractor left them ("rules:2", which did not yet name the
+        # identifier rules): its wrong date on the brief; a DMS date on the note.
+        session.execute(update(MetadataArtifact).values(producer="rules:2"))
         brief_artifact = session.scalar(select(MetadataArtifact).where(
             MetadataArtifact.version_id == versions["klage"], MetadataArtifact.kind == "metadata"))
         brief_artifact.payload = {**brief_artifact.payload, "doc_date": cited.isoformat()}
@@ -171,7 +173,7 @@ def test_reindex_re_extracts_what_an_older_extractor_wrote_and_keeps_what_the_so
         assert session.get(DocumentVersion, versions["klage"]).doc_date == date(2024, 3, 12), "its own date line"
         assert session.get(DocumentVersion, versions["vermerk"]).doc_date == source_said, "the source's date stays"
         producers = set(session.scalars(select(MetadataArtifact.producer)))
-    assert "rules:2" in producers
+    assert RuleBasedExtractor().producer in producers
     with ctx.sessions() as session:
         chunk_id = session.scalar(select(Chunk.id).where(Chunk.version_id == versions["klage"]))
     assert str(ctx.index().stored_fields(chunk_id)["doc_date"]) == "2024-03-12", "the rebuilt index carries it"

@@ -60,10 +60,21 @@ class DocumentMetadata(BaseModel):
     notable_clauses: list[NotableClause] = Field(default_factory=list)
 
 
+def identifier_rules_version() -> int:
+    """ki_core.identifiers' EXTRACTOR_VERSION, imported late like the extractor itself (CLI start-up)."""
+    from ki_core.identifiers import EXTRACTOR_VERSION
+
+    return EXTRACTOR_VERSION
+
+
 class MetadataExtractor(Protocol):
     @property
     def producer(self) -> str:
-        """What MetadataArtifact.producer records: "rules:<version>" or "llm:<model>"."""
+        """What MetadataArtifact.producer records: "rules:<version>:ids<n>" or "llm:<model>:ids<n>".
+
+        Both extractors take the document's identifiers from ki_core.identifiers, so the
+        identifier rules' version is part of either name: raising it makes `ki reindex`
+        re-extract every version, as a change of the metadata rules does."""
         ...
 
     def extract(self, text: str, *, title: str | None = None) -> DocumentMetadata:
@@ -838,7 +849,7 @@ class RuleBasedExtractor:
 
     @property
     def producer(self) -> str:
-        return f"rules:{RULES_VERSION}"
+        return f"rules:{RULES_VERSION}:ids{identifier_rules_version()}"
 
     def extract(self, text: str, *, title: str | None = None) -> DocumentMetadata:
         from ki_core.identifiers import extract as extract_identifiers
@@ -888,7 +899,7 @@ class LLMExtractor:
 
     @property
     def producer(self) -> str:
-        return f"llm:{self._gateway.model}"
+        return f"llm:{self._gateway.model}:ids{identifier_rules_version()}"
 
     def extract(self, text: str, *, title: str | None = None) -> DocumentMetadata:
         from ki_core.identifiers import extract as extract_identifiers

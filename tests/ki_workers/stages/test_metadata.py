@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ki_core.config import load_settings
+from ki_core.identifiers import EXTRACTOR_VERSION
 from ki_core.llm import ChatGateway, GatewayError
 from ki_workers.stages.metadata import (
     RULES_VERSION,
@@ -440,7 +441,7 @@ def test_rules_are_the_default_extractor() -> None:
     extractor = extractor_from_settings(load_settings())
 
     assert isinstance(extractor, RuleBasedExtractor)
-    assert extractor.producer == f"rules:{RULES_VERSION}"
+    assert extractor.producer == f"rules:{RULES_VERSION}:ids{EXTRACTOR_VERSION}"
 
 
 # ----------------------------------------------------------- the LLM extractor
@@ -558,7 +559,7 @@ def test_llm_503_then_success_through_the_settings(fake_gateway: FakeChatGateway
     extractor = extractor_from_settings(settings)
     meta = extractor.extract(LEASE)
 
-    assert extractor.producer == "llm:meta-model"
+    assert extractor.producer == f"llm:meta-model:ids{EXTRACTOR_VERSION}"
     assert meta.doc_type == "doc_type:contract.lease.commercial"
     assert meta.language == "de"  # the model left it open; the stopword rule fills it
     assert len(fake_gateway.requests) == 2
