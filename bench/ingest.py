@@ -26,6 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import event
 
 from ki_core.embedding import EmbedderWrapper
 
@@ -93,6 +94,29 @@ def warm_up(ctx, folder: Path, sync_folder) -> None:
     sync_folder(ctx, folder, "bench-warm-up")
 
 
+class StatementCount:
+    """SQL statements and commits the pipeline sends while inside the block: round trips are what a
+    PostgreSQL server costs per document, whatever the CPU figures say."""
+
+    def __init__(self, engine):
+        self.engine, self.count, self.commits = engine, 0, 0
+
+    def _statement(self, *_args) -> None:
+        self.count += 1
+
+    def _commit(self, *_args) -> None:
+        self.commits += 1
+
+    def __enter__(self) -> StatementCount:
+        event.listen(self.engine, "before_cursor_execute", self._statement)
+        event.listen(self.engine, "commit", self._commit)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._statement)
+        event.remove(self.engine, "commit", self._commit)
+
+
 def run(provider: str, corpus: Path, workdir: Path, alone_runs: int = 2, database_url: str | None = None) -> dict:
     from query import fresh_database
 
@@ -123,8 +147,10 @@ def measure(provider: str, corpus: Path, workdir: Path, alone_runs: int) -> dict
     ctx._embedder = CachedEmbedder(timed, cache, batch_size=settings.embedding.batch_size)
     warm_up(ctx, workdir / provider / "warm-up", sync_folder)
     timed.reset()
+    statements = StatementCount(ctx.engine)
     start, cpu = time.perf_counter(), time.process_time()
-    summary = sync_folder(ctx, corpus, "bench")
+    with statements:
+        summary = sync_folder(ctx, corpus, "bench")
     total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
     chunks = len(timed.inputs)
     # The embedder alone varies by several per cent between runs: the mean of `alone_runs`.
@@ -150,6 +176,8 @@ def measure(provider: str, corpus: Path, workdir: Path, alone_runs: int) -> dict
         "cpu_s": total_cpu,
         "embedding_cpu_s": timed.cpu_seconds,
         "alone_cpu_s": alone_cpu,
+        "statements": statements.count,
+        "transactions": statements.commits,
     }
 
 
@@ -188,6 +216,11 @@ def main() -> None:
             f"{r['embedder']:<18}{r['cpu_s']:>8.1f}{r['embedding_cpu_s']:>11.1f}{r['cpu_s'] - r['embedding_cpu_s']:>11.1f}"
             f"{r['chunks'] / r['cpu_s']:>14.1f}{r['alone_cpu_s']:>11.1f}{cpu_ratio:>11.2f}"
         )
+    print()
+    print(f"{'embedder':<18}{'SQL statements':>16}{'per document':>14}{'commits':>9}{'per document':>14}")
+    for r in rows:
+        print(f"{r['embedder']:<18}{r['statements']:>16}{r['statements'] / r['documents']:>14.1f}"
+              f"{r['transactions']:>9}{r['transactions'] / r['documents']:>14.1f}")
     print(f"SQL: {'PostgreSQL' if args.database_url else 'SQLite'}; "
           f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 

@@ -317,8 +317,13 @@ def _word_features(word: str) -> list[str]:
 def _word_codes(word: str) -> np.ndarray:
     """The 64-bit feature hashes of one word: words repeat, so each is hashed once (same values
     as hashing every feature each time; a blake2b per feature was most of an ingest's CPU)."""
-    codes = [int.from_bytes(hashlib.blake2b(f.encode(), digest_size=8).digest(), "little") for f in _word_features(word)]
-    return np.array(codes, dtype=np.uint64)
+    return np.array([_feature_code(f) for f in _word_features(word)], dtype=np.uint64)
+
+
+@lru_cache(maxsize=200_000)
+def _feature_code(feature: str) -> int:
+    """A new word is mostly trigrams seen in other words: each feature, too, is hashed once."""
+    return int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
 
 
 class HashingEmbedder:
@@ -693,13 +698,19 @@ class EmbedderWrapper:
         return self.inner.embed_query(text)
 
 
+# A slow model's vectors are committed to the cache at least this often, so an interrupted run
+# loses at most this much embedding; a fast one's in one commit per call (a commit per batch of 32
+# was a seventh of the hashing pipeline's embedding step).
+CACHE_COMMIT_SECONDS = 1.0
+
+
 class CachedEmbedder(EmbedderWrapper):
     """An embedder that asks its inner embedder only for strings it has never embedded.
 
     Reindexing and re-runs of an evaluation pay for each text once. The cache is
     read once per call (one pass of keyed SELECTs, however many texts); what it
-    lacks is embedded in batches of `batch_size`, each committed to the cache, so
-    an interrupted run resumes where it stopped.
+    lacks is embedded in batches of `batch_size` and committed to the cache at
+    least every CACHE_COMMIT_SECONDS, so an interrupted run resumes about where it stopped.
     """
 
     def __init__(self, inner: Embedder, cache: VectorCacheFile, *, batch_size: int = 32):
@@ -725,11 +736,18 @@ class CachedEmbedder(EmbedderWrapper):
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         pending = list(missing.items())
+        unsaved: dict[bytes, np.ndarray] = {}
+        saved_at = time.monotonic()
         for start in range(0, len(pending), self.batch_size):
             batch = dict(pending[start : start + self.batch_size])
             new = dict(zip(batch, self._compute(list(batch.values()), query=query), strict=True))
-            self.cache.put_many(self.signature, new)
             found.update(new)
+            unsaved.update(new)
+            if time.monotonic() - saved_at >= CACHE_COMMIT_SECONDS:
+                self.cache.put_many(self.signature, unsaved)
+                unsaved, saved_at = {}, time.monotonic()
+        if unsaved:
+            self.cache.put_many(self.signature, unsaved)
         return np.vstack([found[key] for key in keys]).astype(np.float32, copy=False)
 
     def _compute(self, texts: list[str], *, query: bool) -> np.ndarray:

@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ki_core import embedding as embedding_module
 from ki_core.config import ConfigError, load_settings
+
 from ki_core.embedding import (
     CachedEmbedder,
     E5SmallEmbedder,
@@ -569,3 +571,32 @@ def test_a_query_waits_for_a_busy_model_no_longer_than_its_budget():
         release.set()
         holder.join()
     assert waiting.embed_query("Mietminderung").shape == (384,), "free again: the query is answered"
+
+
+class FailingAfter(CountingEmbedder):
+    """Embeds `batches` calls, then fails like a model that crashed or a run that was stopped."""
+
+    def __init__(self, batches: int):
+        super().__init__()
+        self.batches = batches
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        if len(self.passage_calls) == self.batches:
+            raise EmbeddingError("stopped")
+        return super().embed_passages(texts)
+
+
+def test_an_interrupted_slow_run_keeps_the_batches_it_committed(cache_file, monkeypatch):
+    monkeypatch.setattr(embedding_module, "CACHE_COMMIT_SECONDS", 0.0)  # every batch is "slow"
+    texts = [f"Satz {i}" for i in range(10)]
+    with pytest.raises(EmbeddingError):
+        CachedEmbedder(FailingAfter(batches=2), cache_file, batch_size=3).embed_passages(texts)
+    rerun_inner = CountingEmbedder()
+    CachedEmbedder(rerun_inner, cache_file, batch_size=3).embed_passages(texts)
+    assert rerun_inner.embedded == texts[6:]
+
+
+def test_a_fast_run_is_cached_whole_when_it_ends(cache_file):
+    texts = [f"Satz {i}" for i in range(10)]
+    CachedEmbedder(CountingEmbedder(), cache_file, batch_size=3).embed_passages(texts)
+    assert cache_file.count(CountingEmbedder().signature) == 10

@@ -81,6 +81,10 @@ def draft_chunks(session: Session, version: DocumentVersion, settings: Settings)
     retrieval = settings.retrieval
     document = session.get(Document, version.document_id)
     header = context_header(document.title, _doc_type_label(session, document), _matter_title(session, document))
+    wants_profile = retrieval.profile_embeddings and document.latest_final_version_id == version.id
+    wants_clauses = retrieval.clause_embeddings and version.status in CLAUSE_STATUSES
+    kinds = [*(["metadata"] if wants_profile else []), *(["notable_clauses"] if wants_clauses else [])]
+    artifacts = _newest_artifacts(session, version.id, kinds)
 
     def draft(ordinal: int, kind: ChunkKind, text: str, **extra) -> ChunkDraft:
         return ChunkDraft(ordinal, kind, text, embedding_input(text, header, retrieval.chunk_contextualize), **extra)
@@ -89,10 +93,10 @@ def draft_chunks(session: Session, version: DocumentVersion, settings: Settings)
         draft(n, ChunkKind.CHUNK, span.text, char_start=span.start, char_end=span.end)
         for n, span in enumerate(split_body(version.text or "", retrieval.chunk_chars, retrieval.chunk_overlap_chars))
     ]
-    if retrieval.profile_embeddings and document.latest_final_version_id == version.id:
-        drafts.append(draft(PROFILE_ORDINAL, ChunkKind.PROFILE, _profile(session, document, version)))
-    if retrieval.clause_embeddings and version.status in CLAUSE_STATUSES:
-        for n, clause in enumerate(_notable_clauses(session, version.id)):
+    if wants_profile:
+        drafts.append(draft(PROFILE_ORDINAL, ChunkKind.PROFILE, _profile(session, document, version, artifacts)))
+    if wants_clauses:
+        for n, clause in enumerate(_notable_clauses(artifacts)):
             drafts.append(
                 draft(FIRST_CLAUSE_ORDINAL + n, ChunkKind.CLAUSE, clause["text"], locus=clause.get("locus"),
                       clause_type_id=_known_node(session, clause.get("clause_type")))
@@ -110,8 +114,8 @@ def _matter_title(session: Session, document: Document) -> str | None:
     return (matter.title or matter.name) if matter else None
 
 
-def _profile(session: Session, document: Document, version: DocumentVersion) -> str:
-    metadata = _artifact(session, version.id, "metadata") or {}
+def _profile(session: Session, document: Document, version: DocumentVersion, artifacts: dict[str, dict]) -> str:
+    metadata = artifacts.get("metadata") or {}
     parties = ", ".join(p["name"] for p in metadata.get("parties", []) if p.get("name")) or None
     lines = [
         ("Titel", document.title),
@@ -125,18 +129,23 @@ def _profile(session: Session, document: Document, version: DocumentVersion) -> 
     return profile_text(lines, version.text or "")
 
 
-def _artifact(session: Session, version_id: str, kind: str) -> dict | None:
-    artifact = session.scalar(
-        select(MetadataArtifact)
-        .where(MetadataArtifact.version_id == version_id, MetadataArtifact.kind == kind)
+def _newest_artifacts(session: Session, version_id: str, kinds: list[str]) -> dict[str, dict]:
+    """Kind -> payload of the version's newest artifact of that kind, for KINDS, in one statement."""
+    if not kinds:
+        return {}
+    rows = session.execute(
+        select(MetadataArtifact.kind, MetadataArtifact.payload)
+        .where(MetadataArtifact.version_id == version_id, MetadataArtifact.kind.in_(kinds))
         .order_by(MetadataArtifact.created_at.desc())
-        .limit(1)
     )
-    return artifact.payload if artifact else None
+    newest: dict[str, dict] = {}
+    for kind, payload in rows:
+        newest.setdefault(kind, payload)
+    return newest
 
 
-def _notable_clauses(session: Session, version_id: str) -> list[dict]:
-    payload = _artifact(session, version_id, "notable_clauses") or {}
+def _notable_clauses(artifacts: dict[str, dict]) -> list[dict]:
+    payload = artifacts.get("notable_clauses") or {}
     return [c for c in payload.get("clauses", []) if c.get("text", "").strip()]
 
 

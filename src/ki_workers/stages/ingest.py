@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,8 @@ class StoredVersion:
     outcome: Outcome
     # Set only when the bytes were converted just now (a new version that did not fail).
     converted: ConvertedText | None = None
+    # Written in this transaction (converted or failed now): its row already counts its first observation.
+    created: bool = False
 
 
 def content_hash(data: bytes) -> str:
@@ -117,9 +120,10 @@ def get_or_create_object(session: Session, source: Source, external_id: str) -> 
         select(SourceObject).where(SourceObject.source_id == source.id, SourceObject.external_id == external_id)
     )
     if obj is None:
-        obj = SourceObject(source_id=source.id, external_id=external_id, title=external_id, last_seen_at=utcnow())
+        # Written with the version's flush that follows (observe makes sure, before its observations).
+        obj = SourceObject(id=new_id(), source_id=source.id, external_id=external_id, title=external_id,
+                           last_seen_at=utcnow())
         session.add(obj)
-        session.flush()
         return obj, True
     obj.last_seen_at = utcnow()
     obj.deleted_at = None
@@ -179,7 +183,8 @@ def ingest_bytes(
     name = filename or external_id
     stored = store_version(session, document, data, entry, filename=name, media_type=media_type, first=new_document)
     annexes = store_attachments(session, project, document, stored, mail_name=name)
-    touched, retired = observe(session, [s.version for s in (stored, *annexes)], obj, new_object=new_object)
+    touched, retired = observe(session, [s.version for s in (stored, *annexes)], obj, new_object=new_object,
+                               created={s.version.id for s in (stored, *annexes) if s.created})
     if stored.converted is not None:
         refresh_latest_final(session, document, only=stored.version if new_document else None)
     stale = inherit_mail_denies(session, document.id, [s.version.document_id for s in annexes])
@@ -232,14 +237,14 @@ def store_version(
         reason = f"conversion failed: {context}: {exc}" if context else f"conversion failed: {exc}"
         version = _new_version(session, document, digest, entry, first=first,
                                processing_state=ProcessingState.FAILED, last_error=reason)
-        return StoredVersion(version, Outcome.FAILED)
+        return StoredVersion(version, Outcome.FAILED, created=True)
     # Converted before the rows are written, so their INSERTs carry the text and title (no UPDATEs).
     document.title = document.title or converted.title
     version = _new_version(
         session, document, digest, entry, first=first, text=converted.text, media_type=converted.media_type,
         language=entry.language or converted.language, processing_state=ProcessingState.CONVERTED,
     )
-    return StoredVersion(version, Outcome.NEW, converted)
+    return StoredVersion(version, Outcome.NEW, converted, created=True)
 
 
 def _found(version: DocumentVersion) -> StoredVersion:
@@ -295,7 +300,7 @@ def _new_version(
     """The next version in the document's chain, written now; `first`: the document has none yet.
 
     `content`: text, media type, language or last error, part of the row's INSERT. Flushed here
-    (with a new document's row, which the relationship orders first): the observation and
+    (with a new document's row, which the documents-versions relationship orders first): the observation and
     edges that refer to it have no relationship to order them after it.
     """
     previous = None if first else session.scalar(
@@ -313,6 +318,8 @@ def _new_version(
         doc_date=entry.doc_date,
         content_hash=digest,
         processing_state=processing_state,
+        # Its first observation follows in this transaction (observe, `created`): that access change.
+        access_version=1,
     )
     session.add(version)
     session.flush()
@@ -331,15 +338,19 @@ def version_relation(kind: RelationKind, source: DocumentVersion, target: Docume
 
 
 def observe(
-    session: Session, versions: list[DocumentVersion], obj: SourceObject, *, new_object: bool = False
+    session: Session, versions: list[DocumentVersion], obj: SourceObject, *, new_object: bool = False,
+    created: Collection[str] = (),
 ) -> tuple[set[str], tuple[str, ...]]:
     """Make `versions` (a file, or a mail and its attachments) what `obj` shows; retire what it showed before.
 
     Returns the versions whose observation was added or reactivated, and the
     versions that lost theirs. Observations decide visibility, so any change
     bumps the access generation.
-    `new_object`: created in this transaction, so it has no observations to read.
+    `new_object`: created in this transaction, so it has no observations to read. `created`: versions
+    written in this transaction, whose rows were inserted with this first access change counted.
     """
+    if obj in session.new:
+        session.flush()  # the observations refer to it, and no relationship orders their INSERTs after its
     wanted = {version.id: version for version in versions}
     retired: list[str] = []
     current: dict[str, SourceObservation] = {}
@@ -368,7 +379,7 @@ def observe(
         else:
             continue
         touched.add(version_id)
-    for version in (v for v in versions if v.id in touched):
+    for version in (v for v in versions if v.id in touched and v.id not in created):
         # Rendered into the version's own pending UPDATE: no statement of its own.
         version.access_version = DocumentVersion.access_version + 1
     if touched or retired:
@@ -397,8 +408,8 @@ def refresh_latest_final(session: Session, document: Document, *, only: Document
     `only`: the document's one version, converted now (a first sighting), so there is nothing to read.
     """
     if only is not None:
+        # Written by the transaction's next flush: nothing reads it before.
         document.latest_final_version_id = only.id if only.status in FINAL_STATUSES else None
-        session.flush()
         return document.latest_final_version_id
     latest = session.scalar(
         select(DocumentVersion.id)

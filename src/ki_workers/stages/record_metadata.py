@@ -46,6 +46,8 @@ def record_metadata(
         version_id,
         extractor.producer,
         {"metadata": metadata.model_dump(mode="json"), "notable_clauses": {"clauses": clauses}},
+        # Artifacts and the EXTRACTED state commit together: a version still CONVERTED has none to read.
+        first=version.processing_state == ProcessingState.CONVERTED,
     )
     _apply(session, document, version, metadata)
     version.processing_state = ProcessingState.EXTRACTED
@@ -115,9 +117,14 @@ def _newest_metadata(session: Session, version_id: str) -> DocumentMetadata:
     return DocumentMetadata.model_validate(payload or {})
 
 
-def _store_artifacts(session: Session, version_id: str, producer: str, payloads: dict[str, dict]) -> None:
-    """One artifact per kind and producer: a re-run overwrites its own earlier answer."""
-    stored = {
+def _store_artifacts(
+    session: Session, version_id: str, producer: str, payloads: dict[str, dict], *, first: bool = False
+) -> None:
+    """One artifact per kind and producer: a re-run overwrites its own earlier answer.
+
+    `first`: the version was never extracted, so there is no earlier answer to read.
+    """
+    stored = {} if first else {
         artifact.kind: artifact
         for artifact in session.scalars(
             select(MetadataArtifact).where(

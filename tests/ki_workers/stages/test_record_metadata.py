@@ -72,3 +72,19 @@ def test_a_title_the_manifest_gives_stays(db_session: Session) -> None:
     version = ingest_and_extract(db_session, "klage.txt", BRIEF.encode(), title="Kündigungsschutzklage Brenner")
 
     assert db_session.get(Document, version.document_id).title == "Kündigungsschutzklage Brenner"
+
+
+def test_extracting_a_version_again_keeps_one_artifact_per_kind_with_the_newest_answer(db_session: Session) -> None:
+    from sqlalchemy import select
+
+    from ki_core.models import MetadataArtifact
+
+    version = ingest_and_extract(db_session, "klage.txt", BRIEF.encode())
+    # Another extractor release of the same producer answered differently the first time.
+    first = db_session.scalar(select(MetadataArtifact).where(MetadataArtifact.kind == "metadata"))
+    first.payload = {**first.payload, "title": "veraltet"}
+    db_session.flush()
+    record_metadata(db_session, version.id, RuleBasedExtractor(), link_now=False)
+    rows = db_session.execute(select(MetadataArtifact.kind, MetadataArtifact.payload)).all()
+    assert sorted(kind for kind, _ in rows) == ["metadata", "notable_clauses"]
+    assert dict(rows)["metadata"]["title"] != "veraltet"
