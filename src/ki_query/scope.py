@@ -1,23 +1,26 @@
 """Compile who may see what into the compact search filter, before any score is computed.
 
-`AccessService.compile_scope` evaluates ki_core.acl.version_predicate for the
-caller and returns a `CompiledAccessScope`: the visible projects and documents
-and their compact `ScopeFilter` (one term per fully visible project, document
-ids only for the exceptions). It never returns an unfiltered scope: no
+`AccessService.compile_scope` returns a `CompiledAccessScope`: the visible
+projects and documents and their compact `ScopeFilter` (one term per fully
+visible project, document ids only for the exceptions, whichever side of a
+partly visible project is smaller). It never returns an unfiltered scope: no
 principals, unknown principals or nothing visible all give `match_none`.
 
-Work is proportional to the exceptions, not to the corpus: in a project the
-caller may see as a whole (a matching project allow, no project deny), a
-document whose summary says "local delegation" (or, for admins, "an active
-observation") and which no matching deny touches is visible by the rules
-themselves, so only the other documents are evaluated with the predicate.
+Set-based, never per document: the trigger-kept access summary and E's
+grants decide every document no object grant of E names
+(ki_core.acl.version_predicate reduced to document-level facts), so a caller
+who sees whole projects pays one GROUP BY, and one who sees 90,000 of
+100,000 documents through document grants one merge of two sorted covering
+indexes that yields the 10,000 others. Only documents an object grant names
+get a verdict of their own.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,12 +187,12 @@ def compile_for_viewer(
         _add_allowed_elsewhere(session, viewer, project_filter, whole | denied, tallies)
     _mark_unflagged_hidden(session, viewer, tallies)
     if (GrantScope.DOCUMENT, GrantEffect.DENY) in kinds:
-        _mark_all(tallies, _rows(session, _document_denied(viewer)), False)
+        _mark_all(tallies, _grouped(_rows(session, _document_denied(viewer))), False)
     if kinds & OBJECT_GRANT_KINDS:
         verdicts = _rows(session, _object_rule_verdicts(viewer, whole))
         opens = lambda p: p not in denied and project_filter in (None, p)  # noqa: E731
         for visible in (True, False):
-            _mark_all(tallies, [row for row in verdicts if bool(row[2]) == visible], visible, opens)
+            _mark_all(tallies, _grouped(row for row in verdicts if bool(row[2]) == visible), visible, opens)
     _count_totals(session, viewer, tallies)
     _complete_ids(session, tallies)
     return _scope_from_tallies(empty, tallies)
@@ -269,12 +272,12 @@ def _tally_projects(
 
 
 def _mark_all(
-    tallies: Tallies, rows: Iterable[Sequence[Any]], visible: bool, opens: Callable[[str], bool] | None = None
+    tallies: Tallies,
+    by_project: Mapping[str, Iterable[str]],
+    visible: bool,
+    opens: Callable[[str], bool] | None = None,
 ) -> None:
-    """Give each (document, project) row one verdict; a visible one opens an untallied project if `opens` says so."""
-    by_project: dict[str, list[str]] = {}
-    for document_id, project_id, *_ in rows:
-        by_project.setdefault(project_id, []).append(document_id)
+    """Give each project's documents one verdict; a visible one opens an untallied project if `opens` says so."""
     for project_id, document_ids in by_project.items():
         tally = tallies.get(project_id)
         if tally is None:
@@ -285,6 +288,29 @@ def _mark_all(
             tally.ids.update(document_ids)
         else:
             tally.ids.difference_update(document_ids)
+
+
+def _grouped(rows: Iterable[Sequence[Any]]) -> dict[str, list[str]]:
+    """(document, project, ...) rows as document ids per project."""
+    by_project: dict[str, list[str]] = {}
+    for row in rows:
+        by_project.setdefault(row[1], []).append(row[0])
+    return by_project
+
+
+def _ids_by_project(session: Session, documents: Select) -> dict[str, Iterable[str]]:
+    """The (document, project) rows of `documents` as one aggregated row per project.
+
+    For the statements that return thousands of ids: one array (a JSON array
+    on SQLite) per project costs the driver and Python about 10 ms less per
+    10,000 ids than a row each.
+    """
+    named = documents.subquery("named")
+    if session.get_bind().dialect.name == "sqlite":
+        stmt = select(named.c.project_id, func.json_group_array(named.c.document_id)).group_by(named.c.project_id)
+        return {project_id: json.loads(ids) for project_id, ids in _rows(session, stmt)}
+    stmt = select(named.c.project_id, func.array_agg(named.c.document_id)).group_by(named.c.project_id)
+    return dict(_rows(session, stmt))
 
 
 def _rows(session: Session, stmt: Select) -> Sequence[Any]:
@@ -333,7 +359,7 @@ def _add_allowed_elsewhere(
     outside = [~in_set(summary.project_id, settled)] if settled else []
     outside += _in_project(summary.project_id, project_filter)
     if _count_capped(session, _allowed(viewer), FEW_DOCUMENT_ALLOWS) < FEW_DOCUMENT_ALLOWS:
-        _mark_all(tallies, _allowed_rows(session, viewer, outside), True, opens=lambda _: True)
+        _mark_all(tallies, _allowed_ids(session, viewer, outside), True, opens=lambda _: True)
         return
     candidates = _tally_projects(session, viewer, *outside)
     half = sum(t.total or 0 for t in candidates.values()) // 2
@@ -341,23 +367,23 @@ def _add_allowed_elsewhere(
         for tally in candidates.values():
             tally.lists_hidden = False
         tallies.update(candidates)
-        _mark_all(tallies, _allowed_rows(session, viewer, outside), True)
+        _mark_all(tallies, _allowed_ids(session, viewer, outside), True)
         return
     tallies.update(candidates)
-    _mark_all(tallies, _not_allowed_rows(session, viewer, outside), False)
+    _mark_all(tallies, _not_allowed_ids(session, viewer, outside), False)
 
 
-def _allowed_rows(session: Session, viewer: Viewer, outside: list[ColumnElement[bool]]) -> Sequence[Any]:
-    """(document, project) of flagged documents a document allow names: one lookup per allow."""
+def _allowed_ids(session: Session, viewer: Viewer, outside: list[ColumnElement[bool]]) -> dict[str, Iterable[str]]:
+    """Per project the flagged documents a document allow names: one lookup per allow."""
     summary = DocumentAccessSummary
     stmt = select(summary.document_id, summary.project_id).where(
         summary.document_id.in_(_allowed(viewer)), summary.local_delegation.is_(True), *outside
     )
-    return _rows(session, stmt)
+    return _ids_by_project(session, stmt)
 
 
-def _not_allowed_rows(session: Session, viewer: Viewer, outside: list[ColumnElement[bool]]) -> Sequence[Any]:
-    """(document, project) of the documents no document allow names, as one merge of two sorted index scans.
+def _not_allowed_ids(session: Session, viewer: Viewer, outside: list[ColumnElement[bool]]) -> dict[str, Iterable[str]]:
+    """Per project the documents no document allow names, from one merge of two sorted index scans.
 
     SQLite merges an EXCEPT of two ordered selects (32 ms for 100,000 summary
     rows against 90,000 allows), but would probe per row for NOT EXISTS;
@@ -368,11 +394,12 @@ def _not_allowed_rows(session: Session, viewer: Viewer, outside: list[ColumnElem
     if session.get_bind().dialect.name == "sqlite":
         left = select(summary.document_id).where(*outside)
         missing = except_(left, _allowed(viewer, scanning=True)).order_by(literal_column("1"))
-        return _rows(session, select(summary.document_id, summary.project_id).where(summary.document_id.in_(missing)))
+        stmt = select(summary.document_id, summary.project_id).where(summary.document_id.in_(missing))
+        return _ids_by_project(session, stmt)
     named = _allowed(viewer).where(Grant.document_id == summary.document_id).exists()
     stmt = select(summary.document_id, summary.project_id).where(*outside, ~named)
     with _merge_joins_only(session):
-        return _rows(session, stmt)
+        return _ids_by_project(session, stmt)
 
 
 # Both inputs of the anti join come sorted from covering indexes; PostgreSQL's cost model still
@@ -407,7 +434,7 @@ def _mark_unflagged_hidden(session: Session, viewer: Viewer, tallies: Tallies) -
         return
     summary = DocumentAccessSummary
     stmt = select(summary.document_id, summary.project_id).where(in_set(summary.project_id, wanted), ~_summary_flag(viewer))
-    _mark_all(tallies, _rows(session, stmt), False)
+    _mark_all(tallies, _ids_by_project(session, stmt), False)
 
 
 def _document_denied(viewer: Viewer) -> Select:
@@ -526,15 +553,13 @@ def _complete_ids(session: Session, tallies: Tallies) -> None:
     needed = [p for p, t in tallies.items() if t.needs_other_ids]
     if not needed:
         return
-    all_ids: dict[str, set[str]] = {p: set() for p in needed}
     summary = DocumentAccessSummary
-    for document_id, project_id in _rows(
+    all_ids = _ids_by_project(
         session, select(summary.document_id, summary.project_id).where(in_set(summary.project_id, needed))
-    ):
-        all_ids[project_id].add(document_id)
-    for project_id, ids in all_ids.items():
+    )
+    for project_id in needed:
         tally = tallies[project_id]
-        tally.ids = ids - tally.ids
+        tally.ids = set(all_ids.get(project_id, ())) - tally.ids
         tally.lists_hidden = not tally.lists_hidden
 
 
