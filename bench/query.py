@@ -1,21 +1,25 @@
-"""Search latency end to end and per step, at 50,000 statute chunks, for three kinds of caller.
+"""Search latency end to end and per step, at 50,000 statute chunks, in the peer bench's five caller situations.
 
 Loads every Absatz of ../shared/data/statutes and statutes-extra (about 50,000) as chunks: one
-document per §, in 100 projects, a fifth of them with a draft and a final version, one local
-file observation per version, an identifier per document ("§ 573c BGB"). SQL rows go in by bulk
-inserts into a fresh database (PostgreSQL, created and dropped here, or a SQLite file), chunks by
-the index's bulk path into the embedded backend with hashed vectors. Then it runs the full
-RetrievalService.search for
+document per §, in 50 projects, a fifth of them with a draft and a final version, one local
+file observation per version, an identifier per document ("§ 573c BGB"). SQL rows go in through
+the product's bulk writer into a fresh database (PostgreSQL, created and dropped here, or a SQLite
+file), chunks by the index's bulk path into the embedded backend with hashed vectors. Then it runs
+the full RetrievalService.search for the situations of ../shared/tools/peer-bench/ki_vs_lancedb.py,
+one caller each, so its cells can be tracked on PostgreSQL:
 
-    all       a member of a group allowed on every project
-    10 %      a member of a group allowed on 10 projects
-    10 % + x  the same 10 projects, minus 5 % of their documents denied to the caller, plus
-              200 documents of other projects allowed one by one and 100 DMS documents
-              elsewhere whose object ACL names the caller
+    everything         a member of a group allowed on all 50 projects
+    10 % of projects   a member of a group allowed on 5 random projects
+    90 % of projects   ... on 45 random projects
+    10 % of documents  allowed on 10 % of the documents one by one (document grants)
+    90 % of documents  ... on 90 % of them (the other 10 %, 1,786 of the full corpus, excluded)
 
 and prints p50/p95 of the whole search without the query embedding (the target: p95 < 100 ms),
-of each step (scope from the cache as in steady state, and compiled cold), and the number of
-SQL round-trips per search. The query embedding is timed on its own (hashing embedder here).
+of each step (scope from the cache as in steady state, and compiled cold), the number of SQL
+round-trips per search, and p50 of the bare EmbeddedIndex.multi_search under the same compiled
+scope at the product's leg depth (the peer bench's ki_bare). The query embedding is timed on its
+own (hashing embedder here). At the end one line per situation holds the peer bench's cells:
+ki full p50 / p95, ki bare p50, cold-scope p50 / p95.
 
 --backend opensearch|both puts the same chunks into an OpenSearch index as well (alias
 ki-bench-<random>, no replica, deleted at the end; refresh_interval -1 during the bulk load and
@@ -24,6 +28,11 @@ settings say search.backend "opensearch", on the same SQL database; each row is 
 
     .venv/bin/python bench/query.py [--database-url URL | --sqlite] [--queries 200] [--dims 384]
         [--backend embedded|opensearch|both] [--opensearch-url http://127.0.0.1:9200] [--limit-chunks N]
+
+The peer cells on PostgreSQL and on SQLite (state the load, `uptime`, with the figures):
+
+    .venv/bin/python bench/query.py --queries 200
+    .venv/bin/python bench/query.py --queries 200 --sqlite
 """
 
 from __future__ import annotations
@@ -67,23 +76,25 @@ from ki_core.models import (
 )
 from ki_core.search.embedded import EmbeddedIndex
 from ki_core.search.index import IndexOp, SearchIndex
-from ki_core.search.types import IndexChunk
-from ki_query.retrieval import RetrievalService
+from ki_core.search.types import IndexChunk, MultiSearchRequest
+from ki_query.retrieval import RANKED_LEG_DEPTH, RetrievalService
 from ki_query.scope import AccessService
 from ki_query.types import SearchRequest
 
-PROJECTS = 100
-VISIBLE_PROJECTS = 10
-DENIED_SHARE = 0.05
-SINGLE_ALLOWS = 200
-DMS_DOCUMENTS = 100
+PROJECTS = 50
+PROJECT_SHARES = {"10 % of projects": 0.10, "90 % of projects": 0.90}
+DOCUMENT_SHARES = {"10 % of documents": 0.10, "90 % of documents": 0.90}
 OTHER_USERS = 1_000
 OTHER_GROUPS = 100
 DRAFT_SHARE = 0.2
 STEPS = ("scope", "legs", "fusion", "verify", "collapse")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 NOW = datetime.now(UTC)
-CALLERS = {"all": "user-all", "10 %": "user-ten", "10 % + x": "user-exceptions"}
+CALLERS = {
+    "everything": "user-all",
+    **{situation: f"user-projects-{round(share * 100)}" for situation, share in PROJECT_SHARES.items()},
+    **{situation: f"user-documents-{round(share * 100)}" for situation, share in DOCUMENT_SHARES.items()},
+}
 
 
 def new_id() -> str:
@@ -121,7 +132,6 @@ class Rows:
     projects: list[str] = field(default_factory=list)
     documents_by_project: dict[str, list[str]] = field(default_factory=dict)
     source_id: str = field(default_factory=new_id)
-    dms_source_id: str = field(default_factory=new_id)
 
     def add(self, model: type, **values) -> str:
         values.setdefault("id", new_id())
@@ -134,7 +144,6 @@ class Rows:
 def build_rows(paragraphs: list[Paragraph], embedder: HashingEmbedder, rng: random.Random) -> Rows:
     rows = Rows()
     rows.add(Source, id=rows.source_id, name="bench-fs", kind="local_fs", config={})
-    rows.add(Source, id=rows.dms_source_id, name="bench-dms", kind="dms", config={})
     rows.projects = [rows.add(Project, name=f"project-{p:03d}", title=f"Projekt {p}") for p in range(PROJECTS)]
     sections: dict[tuple[str, str], list[Paragraph]] = {}
     for paragraph in paragraphs:
@@ -181,41 +190,27 @@ def add_document(rows: Rows, number: int, key: tuple[str, str], parts: list[Para
 
 
 def add_access(rows: Rows, rng: random.Random) -> None:
-    """The three callers' groups and grants, plus other people's, so the tables are not trivially small."""
-    members = [("staff", CALLERS["all"]), ("team-ten", CALLERS["10 %"]), ("team-ex", CALLERS["10 % + x"])]
+    """The five callers' groups and grants, plus other people's, so the tables are not trivially small."""
+    members = [("staff", CALLERS["everything"])]
     for user in range(OTHER_USERS):
         members += [(f"other-{g:03d}", f"user-{user:05d}") for g in rng.sample(range(OTHER_GROUPS), 3)]
-    for group, member in members:
-        rows.add(GroupMembership, source_id=rows.source_id, group_principal=group, member_principal=member)
-    visible = rng.sample(rows.projects, VISIBLE_PROJECTS)
     for project in rows.projects:
         rows.add(Grant, scope="project", project_id=project, effect="allow", principal="staff", origin="local")
         for g in rng.sample(range(OTHER_GROUPS), 3):
             rows.add(Grant, scope="project", project_id=project, effect="allow", principal=f"other-{g:03d}",
                      origin="local")
-    for project in visible:
-        for group in ("team-ten", "team-ex"):
+    for situation, share in PROJECT_SHARES.items():
+        group = f"team-{CALLERS[situation]}"
+        members.append((group, CALLERS[situation]))
+        for project in rng.sample(rows.projects, round(share * PROJECTS)):
             rows.add(Grant, scope="project", project_id=project, effect="allow", principal=group, origin="local")
-        documents = rows.documents_by_project[project]
-        for document in rng.sample(documents, int(len(documents) * DENIED_SHARE)):
-            rows.add(Grant, scope="document", document_id=document, effect="deny", principal=CALLERS["10 % + x"],
+    documents = sorted(d for project in rows.projects for d in rows.documents_by_project.get(project, []))
+    for situation, share in DOCUMENT_SHARES.items():
+        for document in rng.sample(documents, round(share * len(documents))):
+            rows.add(Grant, scope="document", document_id=document, effect="allow", principal=CALLERS[situation],
                      origin="local")
-    elsewhere = [d for p in rows.projects if p not in visible for d in rows.documents_by_project[p]]
-    picked = rng.sample(elsewhere, SINGLE_ALLOWS + DMS_DOCUMENTS)
-    for document in picked[:SINGLE_ALLOWS]:
-        rows.add(Grant, scope="document", document_id=document, effect="allow", principal="team-ex", origin="local")
-    move_to_dms(rows, set(picked[SINGLE_ALLOWS:]))
-
-
-def move_to_dms(rows: Rows, documents: set[str]) -> None:
-    """These documents' objects come from a DMS whose ACL names the caller (and nobody else)."""
-    versions = {v["id"] for v in rows.tables[DocumentVersion] if v["document_id"] in documents}
-    objects = {o["source_object_id"] for o in rows.tables[SourceObservation] if o["version_id"] in versions}
-    for obj in rows.tables[SourceObject]:
-        if obj["id"] in objects:
-            obj.update(source_id=rows.dms_source_id, acl_known=True)
-            rows.add(Grant, scope="source_object", source_object_id=obj["id"], effect="allow",
-                     principal=CALLERS["10 % + x"], origin="bench-dms")
+    for group, member in members:
+        rows.add(GroupMembership, source_id=rows.source_id, group_principal=group, member_principal=member)
 
 
 # ------------------------------------------------------------------ stores
@@ -447,6 +442,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def bare_search_ms(index: SearchIndex, embedder: HashingEmbedder, scope_filter, texts: list[str]) -> list[float]:
+    """The index alone (the peer bench's ki_bare): three legs under the compiled scope, the product's leg depth."""
+    vectors = [tuple(float(x) for x in embedder.embed_query(q)) for q in texts]
+    samples = []
+    for query, vector in zip(texts, vectors, strict=True):
+        request = MultiSearchRequest(query_text=query, query_vector=vector, scope=scope_filter, size=RANKED_LEG_DEPTH)
+        started = time.perf_counter()
+        index.multi_search(request)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
 def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str]) -> None:
     services = {}
     for backend in opened:
@@ -460,19 +467,25 @@ def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str]) 
     def label(name: str, backend: str) -> str:
         return name if single else f"{name} [{backend}]"
 
+    full, cold, bare = {}, {}, {}
     print(f"\n{len(texts)} queries per caller, limit 10; milliseconds p50 / p95; e2e = search without the embedding")
     header = ["caller", "e2e", *STEPS, "embed"]
     print(f"{header[0]:<{width}} " + " ".join(f"{h:>14}" for h in header[1:]) + "  trips  hits")
     for name, principal in CALLERS.items():
         for backend in opened:
             service, _, trips = services[backend.name]
-            report(label(name, backend.name), run_caller(service, principal, texts, trips, None), width)
+            full[name, backend.name] = run_caller(service, principal, texts, trips, None)
+            report(label(name, backend.name), full[name, backend.name], width)
     print("\nscope compiled cold (cache cleared before each search):")
     for name, principal in CALLERS.items():
         for backend in opened:
             service, access, trips = services[backend.name]
-            report(label(f"{name} (cold scope)", backend.name),
-                   run_caller(service, principal, texts, trips, access.clear_cache), width)
+            cold[name, backend.name] = run_caller(service, principal, texts, trips, access.clear_cache)
+            report(label(f"{name} (cold scope)", backend.name), cold[name, backend.name], width)
+    for name, principal in CALLERS.items():
+        for backend in opened:
+            scope_filter = services[backend.name][1].compile_scope([principal]).filter
+            bare[name, backend.name] = bare_search_ms(backend.index, embedder, scope_filter, texts)
     for backend in opened:
         if not single:
             print(f"\n[{backend.name}]", end="")
@@ -483,6 +496,20 @@ def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str]) 
         print(f"scope of {name}: {len(scope.filter.project_ids)} projects, {len(scope.filter.document_ids)} listed "
               f"documents, {len(scope.filter.excluded_document_ids)} excluded documents "
               f"({scope.visible_document_count:,} visible)")
+    print_peer_cells(full, cold, bare, opened[0].engine.dialect.name, width)
+
+
+def print_peer_cells(full: dict, cold: dict, bare: dict, dialect: str, width: int) -> None:
+    """The cells of the peer bench's table (issue 17), one line per situation and backend, in milliseconds."""
+    print(f"\npeer-bench cells on {dialect} (ki full p50 / p95 without the embedding, ki bare multi_search p50, "
+          f"cold-scope full search p50 / p95):")
+    print(f"{'situation':<{width}} {'full p50':>9} {'full p95':>9} {'bare p50':>9} {'cold p50':>9} {'cold p95':>9}")
+    for key, samples in full.items():
+        name = key[0] if width == 22 else f"{key[0]} [{key[1]}]"
+        full_p50, full_p95 = p50_p95(samples["e2e"])
+        cold_p50, cold_p95 = p50_p95(cold[key]["e2e"])
+        print(f"{name:<{width}} {full_p50:9.1f} {full_p95:9.1f} {statistics.median(bare[key]):9.1f} "
+              f"{cold_p50:9.1f} {cold_p95:9.1f}")
 
 
 if __name__ == "__main__":
