@@ -24,7 +24,7 @@ the inner side of a nested loop: one COPY ran for minutes. SQLite's row
 triggers plan each statement from the indexes and did 7,000-8,000 one-row
 INSERTs/s before; they stay as 0002 wrote them.
 
-Revision ID: 0012_access_summary_trigger_speed
+Revision ID: 0012_summary_trigger_plans
 Revises: 0011_scope_covering_indexes
 Create Date: 2026-12-21 09:00:00
 """
@@ -37,7 +37,7 @@ from types import ModuleType
 
 from alembic import op
 
-revision = "0012_access_summary_trigger_speed"
+revision = "0012_summary_trigger_plans"
 down_revision = "0011_scope_covering_indexes"
 branch_labels = None
 depends_on = None
@@ -122,9 +122,6 @@ $body$"""
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    # This revision id is 33 characters; Alembic creates its version column as varchar(32).
-    # SQLite does not enforce the length. Left wide on downgrade: 0011's id fits either way.
-    op.execute("ALTER TABLE alembic_version ALTER COLUMN version_num TYPE varchar(64)")
     for name, _table, _event, documents in _access_summary_migration().PG_TRIGGERS:
         op.execute(_trigger_function(name, documents))
 
