@@ -49,6 +49,7 @@ def test_a_bracketed_senate_before_and_a_bracketed_count_after_belong_to_the_cas
         ("OLG Köln, Beschluss vom 22.05.2003 - Ss 169/03", "Ss 169/03"),
         ("SenE v. 18. 3. 2003 - Ss 70/03 Z", "Ss 70/03 Z"),
         ("LG Trier Az: 2a KLs 8015 Js 6592/23 jug", "2a KLs 8015 Js 6592/23 jug"),
+        ("LG Gießen, Beschluss vom 3. Mai 2024 - 14 NBs 405 Js 65947/23", "14 NBs 405 Js 65947/23"),
         ("OLG Karlsruhe, Beschluss vom 02.08.2024 - 14 W 52/24 - (Wx)", "14 W 52/24 (Wx)"),
     ],
 )
