@@ -78,8 +78,15 @@ class RetrievalSettings(_Section):
     version_status_boost: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_VERSION_STATUS_BOOST))
     collapse_per_document: bool = True
     max_chunks_per_document: int = Field(default=3, gt=0)
-    rerank_enabled: bool = False
+    # Amended (issue 19, spec/amendments.md): the reranker is on by default and, unless
+    # rerank_provider says "gateway" (the LLM reranker, production), it is the offline learned
+    # ranker of ki_query/rerank (no network, about a millisecond).
+    rerank_enabled: bool = True
+    rerank_provider: Literal["offline", "gateway"] = "offline"
+    # The gateway's model name (rerank_provider "gateway").
     rerank_model: str = "rerank"
+    # The offline ranker's model file (bench/train_reranker.py writes one); None: the shipped model.
+    rerank_model_path: str | None = None
     # Declared by the spec; not read by the retrieval code.
     graph_rag_enabled: bool = False
 

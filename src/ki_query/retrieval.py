@@ -49,6 +49,8 @@ from ki_query.fusion import (
     prefix_covering,
     rerank_prefix,
 )
+from ki_query.rerank.firm import offline_reranked
+from ki_query.rerank.model import offline_ranker
 from ki_query.scope import AccessService, CompiledAccessScope
 from ki_query.text_match import excerpt
 from ki_query.types import (
@@ -208,8 +210,8 @@ class RetrievalService:
             clock.lap("collapse")
             documents *= 2
         shown = ranked[request.offset : request.window]
-        if self._rerank_on:
-            shown = [*ranked[:RERANK_PREFIX], *shown]
+        if self._rerank_on and self.settings.retrieval.rerank_provider == "gateway":
+            shown = [*ranked[:RERANK_PREFIX], *shown]  # the gateway reads the texts; the offline ranker does not
         texts = chunk_texts(session, {c.chunk_id for c in shown})
         clock.lap("verify")
         if self._rerank_on:
@@ -242,11 +244,17 @@ class RetrievalService:
     def _rerank(
         self, query: str, ranked: list[Candidate], verified: dict[int, VerifiedChunk], texts: dict[int, str]
     ) -> list[Candidate]:
-        """One gateway call for the top RERANK_PREFIX hits; a gateway error propagates (no silent fallback)."""
+        """The top RERANK_PREFIX hits reordered by the offline ranker (retrieval.rerank_provider
+        "offline", no network) or by one gateway call ("gateway"; an error propagates, no silent
+        fallback)."""
         prefix = ranked[:RERANK_PREFIX]
         if not prefix:
             return ranked
         key = _rerank_key(self.settings.retrieval.collapse_per_document)
+        model = offline_ranker(self.settings.retrieval)
+        if model is not None:
+            cosine = getattr(self.index, "cosine", lambda score: score)
+            return offline_reranked(ranked, model, key, cosine)
         listing = [
             (key(c), f"{verified[c.chunk_id].facts.document.title or ''}\n{texts.get(c.chunk_id, '')}".strip())
             for c in prefix

@@ -58,6 +58,8 @@ class PagingWorld:
     service: RetrievalService
     words: list[str]
     chunks: int
+    # The same index and database with reranking off: the fused order the reranker starts from.
+    fused: RetrievalService
 
 
 def build(session: Session, index: SearchIndex, rows: list[dict]) -> int:
@@ -124,10 +126,14 @@ def paging_world(
         index.ensure()
         rows = absaetze()
         chunks = build(session, index, rows)
-        settings_ = Settings()
+        # Module-scoped: built before the autouse fixture leaves the developer's config.json behind,
+        # so the reranker is named explicitly (its default is pinned in tests/ki_query/rerank).
+        settings_ = Settings(retrieval={"rerank_enabled": True, "rerank_provider": "offline"})
         service = RetrievalService(settings_, session, index, HashingEmbedder(dimensions=DIMENSIONS),
                                    AccessService(session, settings_))  # fmt: skip
-        yield PagingWorld(service, vocabulary(rows), chunks)
+        off = Settings(retrieval={"rerank_enabled": False})
+        fused = RetrievalService(off, session, index, HashingEmbedder(dimensions=DIMENSIONS), AccessService(session, off))
+        yield PagingWorld(service, vocabulary(rows), chunks, fused)
     finally:
         backend.close_all()
         cleanup()
@@ -178,3 +184,22 @@ def test_the_first_pages_of_statute_questions_slice_one_ranking(paging_world: Pa
         whole = ranking(paging_world, question, 40)
         pages = [hit for offset in range(0, 40, 8) for hit in page(paging_world, question, offset, 8)]
         assert pages == whole, question
+
+
+def test_the_offline_reranker_only_reorders_the_first_20(paging_world: PagingWorld) -> None:
+    """amendments.md 3: the pages above are the default's, reranked; here the order it starts from. The
+    same hits, nothing past the prefix moved, the model's score beside the fused one in explain, and
+    `score` still descending on the fused scale."""
+    moved = 0
+    for question in ["Kündigungsfrist Mietvertrag", "Haftung des Schuldners für Verzug", "Verjährung der Ansprüche"]:
+        request = SearchRequest(query=question, limit=40, explain=True)
+        fused = paging_world.fused.search(request, CALLER).hits
+        reranked = paging_world.service.search(request, CALLER).hits
+        assert len(fused) == 40
+        assert sorted(h.chunk_id for h in reranked) == sorted(h.chunk_id for h in fused)
+        assert [h.chunk_id for h in reranked[20:]] == [h.chunk_id for h in fused[20:]]
+        assert all(h.explain.rerank_score is not None for h in reranked[:20])
+        assert all(h.explain.rerank_score is None for h in reranked[20:])
+        assert [h.score for h in reranked] == [h.score for h in fused]
+        moved += [h.chunk_id for h in reranked[:20]] != [h.chunk_id for h in fused[:20]]
+    assert moved >= 2

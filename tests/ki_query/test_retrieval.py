@@ -96,7 +96,7 @@ def test_filters_no_row_can_carry_are_refused(folder_world: FolderWorld) -> None
 
 
 def test_each_score_is_rrf_of_the_leg_ranks_times_the_version_status_boost(folder_world: FolderWorld) -> None:
-    service, _, _ = folder_world.service()
+    service, _, _ = folder_world.service(rerank_enabled=False)
     settings = service.settings.retrieval
     weights = {"lexical": settings.weight_lexical, "semantic": settings.weight_semantic,
                "identifier": settings.weight_identifier}
@@ -223,13 +223,13 @@ def _chunk(chunk_id: int, document_id: str, version_id: str, project_id: str) ->
 
 def _rerank_service(world: FolderWorld, gateway: FakeChatGateway):
     chat = ChatGateway(base_url=gateway.base_url, model="chat", max_retries=0, backoff_seconds=0)
-    return world.service(rerank_enabled=True, rerank_model="rerank-model", gateway=chat)
+    return world.service(rerank_enabled=True, rerank_provider="gateway", rerank_model="rerank-model", gateway=chat)
 
 
 def test_the_reranker_orders_the_prefix_and_never_drops_a_hit(
     folder_world: FolderWorld, fake_gateway: FakeChatGateway
 ) -> None:
-    plain, _, _ = folder_world.service()
+    plain, _, _ = folder_world.service(rerank_enabled=False)
     request = SearchRequest(query="Mietvertrag Heizung Grundriss", limit=10)
     fused = plain.search(request, [MEMBER]).hits
     assert len(fused) == 3
@@ -253,9 +253,12 @@ def test_a_gateway_error_fails_the_query_instead_of_returning_the_fused_order(
         service.search(SearchRequest(query="Mietvertrag"), [MEMBER])
 
 
-def test_with_the_reranker_off_no_llm_call_happens(folder_world: FolderWorld, fake_gateway: FakeChatGateway) -> None:
+@pytest.mark.parametrize("retrieval", [{}, {"rerank_enabled": False}], ids=["offline reranker", "reranking off"])
+def test_with_the_offline_reranker_or_none_no_llm_call_happens(
+    folder_world: FolderWorld, fake_gateway: FakeChatGateway, retrieval: dict
+) -> None:
     chat = ChatGateway(base_url=fake_gateway.base_url, model="chat", max_retries=0)
-    service, _, _ = folder_world.service(gateway=chat)
+    service, _, _ = folder_world.service(gateway=chat, **retrieval)
     assert service.search(SearchRequest(query="Mietvertrag"), [MEMBER]).hits
     assert fake_gateway.requests == []
 
@@ -275,9 +278,11 @@ def test_pages_are_slices_of_one_ranking(folder_world: FolderWorld) -> None:
 def test_each_step_is_timed_on_the_response(folder_world: FolderWorld) -> None:
     service, _, _ = folder_world.service()
     timings = service.search(SearchRequest(query="Heizung"), [MEMBER]).timings
-    steps = [timings.scope, timings.embed, timings.legs, timings.fusion, timings.verify, timings.collapse]
-    assert all(t > 0 for t in steps) and timings.rerank == 0
+    steps = [timings.scope, timings.embed, timings.legs, timings.fusion, timings.verify, timings.collapse, timings.rerank]
+    assert all(t > 0 for t in steps)
     assert timings.total >= sum(steps)
+    off, _, _ = folder_world.service(rerank_enabled=False)
+    assert off.search(SearchRequest(query="Heizung"), [MEMBER]).timings.rerank == 0
 
 
 # ------------------------------------------------------------------ metadata-only search

@@ -53,6 +53,9 @@ def eval_command(
     principals: Annotated[list[str] | None, typer.Option(
         "--as", help="Principal (repeatable): the firm's index joins --federated and --verdict as them.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Plain JSON with per-query scores.")] = False,
+    rerank: Annotated[bool, typer.Option(
+        "--rerank/--no-rerank", help="Reorder the hybrid's top with the offline reranker as configured "
+                                     "(retrieval.rerank_*), or score the fused order alone.")] = True,
 ) -> None:
     """Score a ranking, overall and per query type (exclude_ids are removed first), or the verdicts."""
     from ki_core.config import load_settings
@@ -68,10 +71,12 @@ def eval_command(
         return
     if not corpus or len(corpus) != 1:
         raise typer.BadParameter("name one corpus (or use --federated)", param_hint="--corpus")
-    _single(settings, corpus[0], queries, legs, k, as_json)
+    _single(settings, corpus[0], queries, legs, k, as_json, rerank)
 
 
-def _single(settings: Settings, corpus: str, queries: Path, legs: list[str] | None, k: int, as_json: bool) -> None:
+def _single(
+    settings: Settings, corpus: str, queries: Path, legs: list[str] | None, k: int, as_json: bool, rerank: bool = True
+) -> None:
     from ki_core.db import engine_from_settings, session_factory
     from ki_core.embedding import embedder_from_settings
     from ki_query.federation.evaluation import evaluate, load_queries
@@ -88,15 +93,17 @@ def _single(settings: Settings, corpus: str, queries: Path, legs: list[str] | No
     try:
         retriever = registry.retriever(corpus)
         reports = [
-            evaluate(retriever, loaded, label=label, k=k, legs=run) for label, run in zip(labels, runs, strict=True)
+            evaluate(retriever, loaded, label=label, k=k, legs=run, rerank=rerank)
+            for label, run in zip(labels, runs, strict=True)
         ]
     finally:
         registry.close()
         engine.dispose()
     if as_json:
-        typer.echo(json.dumps({"corpus": corpus, "runs": [r.as_dict() for r in reports]}, indent=2))
+        typer.echo(json.dumps({"corpus": corpus, "rerank": rerank, "runs": [r.as_dict() for r in reports]}, indent=2))
         return
-    _print(f"retrieval eval of corpus {corpus}", reports, k)
+    _print(f"retrieval eval of corpus {corpus}{'' if rerank else ', no reranking'}", reports, k)
+    _print_fusion_pays(reports, k)
 
 
 def _federated(
@@ -172,6 +179,20 @@ def _print(title: str, reports: list[EvalReport], k: int) -> None:
     console = Console()
     console.print(table)
     console.print(", ".join(f"{r.label}: {r.seconds:.1f} s" for r in reports), style="dim")
+
+
+def _print_fusion_pays(reports: list[EvalReport], k: int) -> None:
+    """With the hybrid and at least two single legs among the runs: how often the hybrid is at or above the better."""
+    from ki_query.federation.evaluation import at_or_above_better_leg
+
+    single = [r for r in reports if "+" not in r.label and r.label != "hybrid"]
+    hybrid = [r for r in reports if r not in single]
+    if len(single) < 2:
+        return
+    for report in hybrid:
+        wins, total = at_or_above_better_leg(report, single)
+        Console().print(f"{report.label}: nDCG@{k} at or above the better of {', '.join(r.label for r in single)} "
+                        f"on {wins} of {total} queries ({wins / max(total, 1):.0%})")
 
 
 def _print_effects(report: FederatedEvalReport, queries: int, k: int) -> None:

@@ -27,8 +27,10 @@ from ki_core.search import SearchIndex
 from ki_core.search.types import Leg, MultiSearchRequest, ScopeFilter, SearchFilters, oversampled_window
 from ki_query.federation.corpus_loader import SECTION_KIND, UNIT_KIND, section_key
 from ki_query.federation.corpus_units import Hit, UnitStore, unit_hit
-from ki_query.federation.providers import expand_sections
+from ki_query.federation.providers import StatuteVerweise, expand_sections
 from ki_query.law_prior import LawPrior, boosted, corpus_prior
+from ki_query.rerank.features import RerankInput, feature_matrix
+from ki_query.rerank.model import LinearRanker, reordered
 from ki_query.federation.ranking import (
     FOUND,
     FOUND_LEVEL,
@@ -45,6 +47,8 @@ LOOKUP_SCORE = 1.0
 LOOKUP_MAX_CHUNKS = 2
 WHERE_KEYS = frozenset({"container_id", "section_id", "repealed"})
 NEGATIVE_CHECK_TOP_K = 20
+# The best fused hits whose § references count for the reranker's citation feature (issue 19, item 0).
+CITING_HITS = 10
 # The extractor does not end a reference at "?" or "!" ("Was regelt § 573c BGB?" finds nothing);
 # a question is read with a full stop there instead.
 _CLOSING_MARKS = str.maketrans({"?": ".", "!": "."})
@@ -86,6 +90,16 @@ class Candidate:
     score: float = 0.0
     kinds: list[str] = field(default_factory=list)
     cosine: float | None = None
+    # leg -> (rank from 0, leg score; the cosine for the semantic leg): what the reranker reads.
+    legs: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+
+@dataclass
+class RankedHit:
+    """A fused hit and the evidence behind it, until the reranker has read it."""
+
+    hit: Hit
+    evidence: RerankInput
 
 
 def parse_legs(legs: Iterable[str | Leg] | str | None) -> frozenset[Leg]:
@@ -123,6 +137,7 @@ class CorpusRetriever:
         weights: HybridWeights | None = None,
         negative_threshold: float | None = None,
         law_prior_dir: Path | None = None,
+        reranker: LinearRanker | None = None,
     ):
         self.corpus_id = corpus_id
         self.index = index
@@ -136,6 +151,8 @@ class CorpusRetriever:
         self._cosine: Callable[[float], float] = getattr(index, "cosine", lambda score: score)
         self.law_prior_dir = law_prior_dir
         self._law_prior: LawPrior | None = None
+        self.reranker = reranker
+        self._references = StatuteVerweise({corpus_id: self.containers})
 
     # ---------------------------------------------------------------- query
 
@@ -148,22 +165,54 @@ class CorpusRetriever:
         *,
         legs: Iterable[str | Leg] | str | None = None,
         include_neighbors: bool = False,
+        exclude_records: Iterable[str] = (),
+        rerank: bool = True,
     ) -> list[Hit]:
+        """The top_k hits: lookups of named §§ first, then the fused ranking, reordered by the
+        offline reranker (when configured, `rerank` and both text legs are on).
+
+        exclude_records: record ids that leave the candidates before anything reads them (an
+        evaluation's citing Absatz, whose own references would hand the reranker the answer).
+        """
         legs = parse_legs(legs)
         vector = self.embedder.embed_query(question)
+        lookups, ranked = self.candidates(
+            question, vector, legs=legs, where=where, size=fetch_k or oversampled_window(top_k),
+            exclude_records=exclude_records,
+        )
+        if rerank and self.reranker is not None and {Leg.LEXICAL, Leg.SEMANTIC} <= legs:
+            ranked = self._reranked(ranked)
+        hits = (lookups + [r.hit for r in ranked])[:top_k]
+        if include_neighbors:
+            hits = self._with_neighbors(hits)
+        return self._with_rank_scores(hits, vector)
+
+    def candidates(
+        self,
+        question: str,
+        vector: np.ndarray,
+        *,
+        legs: frozenset[Leg],
+        where: Mapping[str, Any] | None,
+        size: int,
+        exclude_records: Iterable[str] = (),
+    ) -> tuple[list[Hit], list[RankedHit]]:
+        """The lookups of named §§ and the fused ranking with its evidence, before any reranking
+        (what bench/train_reranker.py learns from)."""
         named = named_identifiers(question)
         if not named:
             # The identifier leg matches the identifiers of chunks; a question naming none gives it
             # only stray tokens ("1.", "Abs") to match, which is noise at its weight of 1.5.
             legs = legs - {Leg.IDENTIFIER}
         lookups = self.section_lookups(question, where, named) if Leg.IDENTIFIER in legs else []
-        rankings = self._leg_rankings(question, vector, legs, where, fetch_k or oversampled_window(top_k))
+        rankings = self._leg_rankings(question, vector, legs, where, size)
+        excluded = set(exclude_records)
+        lookups = [h for h in lookups if h["metadata"]["record_id"] not in excluded]
         taken = {h["metadata"]["text_hash"] for h in lookups}
-        ranked = self._ranked_hits(rankings, skip_hashes=taken, laws=self.law_distribution(question))
-        hits = (lookups + ranked)[:top_k]
-        if include_neighbors:
-            hits = self._with_neighbors(hits)
-        return self._with_rank_scores(hits, vector)
+        ranked = self._ranked_hits(
+            rankings, skip_hashes=taken, laws=self.law_distribution(question), exclude_records=excluded
+        )
+        return lookups, ranked
 
     def _leg_rankings(
         self, question: str, vector: np.ndarray, legs: frozenset[Leg], where: Mapping[str, Any] | None, size: int
@@ -226,8 +275,13 @@ class CorpusRetriever:
         return scope, filters
 
     def _ranked_hits(
-        self, rankings: LegRankings, *, skip_hashes: set[str], laws: Mapping[str, float] | None = None
-    ) -> list[Hit]:
+        self,
+        rankings: LegRankings,
+        *,
+        skip_hashes: set[str],
+        laws: Mapping[str, float] | None = None,
+        exclude_records: set[str] | frozenset[str] = frozenset(),
+    ) -> list[RankedHit]:
         """Absätze by RRF of their own ranks plus section_weight x RRF of their section's ranks.
 
         A section's rank in a leg is its natural document-level score: BM25 over the whole §
@@ -237,6 +291,7 @@ class CorpusRetriever:
         prior), the fused score is then lifted by the probability of the hit's law.
         """
         units = self.units.by_chunk_ids(cid for ranking in rankings.absaetze.values() for cid, _ in ranking)
+        units = {cid: u for cid, u in units.items() if u.record_id not in exclude_records}
         candidates: dict[int, Candidate] = {}
         for leg, ranking in rankings.absaetze.items():
             for rank, (chunk_id, leg_score) in enumerate(ranking):
@@ -247,31 +302,77 @@ class CorpusRetriever:
                 candidate.kinds.append(leg.value)
                 if leg is Leg.SEMANTIC:
                     candidate.cosine = self._cosine(leg_score)
-        section_score = self._section_scores(rankings, units)
-        hits = []
+                    leg_score = candidate.cosine
+                candidate.legs[leg.value] = (rank, leg_score)
+        section_ranks = self._section_ranks(rankings, units)
+        section_score: dict[tuple[str, str], float] = {}
+        for leg, ranks in section_ranks.items():
+            for key, rank in ranks.items():
+                section_score[key] = section_score.get(key, 0.0) + self.weights.of(Leg(leg)) / (self.weights.rrf_k + rank)
+        ranked = []
         for candidate in candidates.values():
             unit = units[candidate.chunk_id]
             if unit.text_hash in skip_hashes:
                 continue
-            evidence = section_score.get((unit.container_id, unit.section_id), 0.0)
-            score = candidate.score + self.weights.section_weight * evidence
+            key = (unit.container_id, unit.section_id)
+            score = candidate.score + self.weights.section_weight * section_score.get(key, 0.0)
+            law_probability = (laws or {}).get(unit.container_id, 0.0)
             if laws:
-                score = boosted(score, laws.get(unit.container_id, 0.0), self.weights.law_prior)
-            hits.append(unit_hit(unit, score=score, rank_score=candidate.cosine, kinds=candidate.kinds))
-        hits.sort(key=lambda h: h["score"], reverse=True)
-        return hits
+                score = boosted(score, law_probability, self.weights.law_prior)
+            evidence = RerankInput(
+                position=0,
+                legs=candidate.legs,
+                group_ranks={leg: ranks[key] for leg, ranks in section_ranks.items() if key in ranks},
+                law_probability=law_probability,
+                inactive=bool(unit.repealed),
+            )
+            ranked.append(RankedHit(unit_hit(unit, score=score, rank_score=candidate.cosine, kinds=candidate.kinds), evidence))
+        ranked.sort(key=lambda r: r.hit["score"], reverse=True)
+        for position, item in enumerate(ranked):
+            item.evidence.position = position
+        return ranked
 
-    def _section_scores(self, rankings: LegRankings, units: Mapping[int, CorpusUnit]) -> dict[tuple[str, str], float]:
-        scores: dict[tuple[str, str], float] = {}
+    def _section_ranks(
+        self, rankings: LegRankings, units: Mapping[int, CorpusUnit]
+    ) -> dict[str, dict[tuple[str, str], int]]:
+        """leg -> (container, section) -> the section's rank from 0 in that leg."""
+        ranks: dict[str, dict[tuple[str, str], int]] = {}
         for leg, ranking in rankings.absaetze.items():
             if leg is Leg.LEXICAL and rankings.section_lexical:
                 sections = rankings.section_lexical
             else:
                 keys = ((units[c].container_id, units[c].section_id) for c, _ in ranking if c in units)
                 sections = list(dict.fromkeys(keys))
-            for rank, key in enumerate(sections):
-                scores[key] = scores.get(key, 0.0) + self.weights.of(leg) / (self.weights.rrf_k + rank)
-        return scores
+            ranks[leg.value] = {key: rank for rank, key in enumerate(sections)}
+        return ranks
+
+    def _reranked(self, ranked: list[RankedHit]) -> list[RankedHit]:
+        """The reranker's order of the first `prefix` hits (scores rewritten in that order); the rest follow."""
+        assert self.reranker is not None
+        head = ranked[: self.reranker.prefix]
+        if len(head) < 2:
+            return ranked
+        self.count_citations(head)
+        scores = self.reranker.scores(feature_matrix([r.evidence for r in head]))
+        result = reordered(ranked, scores, self.reranker.prefix)
+        # The fused scores stay this corpus's scale; reordered, they are made to descend again.
+        fused = sorted((r.hit["score"] for r in head), reverse=True)
+        for item, score in zip(result, fused, strict=False):
+            item.hit["score"] = score
+        return result
+
+    def count_citations(self, head: Sequence[RankedHit]) -> None:
+        """cited_by of each hit: 1 / (1 + position) summed over the best CITING_HITS hits whose text
+        cites its § (the references the federation's Verweise follow, read the same way)."""
+        cited: dict[tuple[str, str], float] = {}
+        for item in head[:CITING_HITS]:
+            own = _section_of(item.hit)
+            for address in dict.fromkeys(self._references.references_of(item.hit, [self.corpus_id])):
+                key = (address.container_id, address.section_id)
+                if key != own:
+                    cited[key] = cited.get(key, 0.0) + 1.0 / (1 + item.evidence.position)
+        for item in head:
+            item.evidence.cited_by = cited.get(_section_of(item.hit), 0.0)
 
     def _with_rank_scores(self, hits: list[Hit], vector: np.ndarray) -> list[Hit]:
         """rank_score = plain cosine of question and chunk for every hit that has none yet."""

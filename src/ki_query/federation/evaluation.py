@@ -139,15 +139,29 @@ class EvalReport:
         }
 
 
+def at_or_above_better_leg(hybrid: EvalReport, legs: Sequence[EvalReport]) -> tuple[int, int]:
+    """(queries whose hybrid nDCG@k is at least the best single leg's, queries): how often fusion pays."""
+    metric = metric_names(hybrid.k)[0]
+    by_leg = [{r.qid: r.scores[metric] for r in leg.results} for leg in legs]
+    results = [r for r in hybrid.results if all(r.qid in scores for scores in by_leg)]
+    wins = sum(r.scores[metric] >= max(scores[r.qid] for scores in by_leg) - 1e-12 for r in results)
+    return wins, len(results)
+
+
 def evaluate(
     retriever: Retriever, queries: Sequence[EvalQuery], *, label: str, k: int = 10, **query_kwargs: Any
 ) -> EvalReport:
-    """Run every query to depth max(k, 100) (plus room for excluded records) and score the ranking."""
+    """Run every query to depth max(k, 100) (plus room for excluded records) and score the ranking.
+
+    A query's exclude_ids are handed to the retriever too (`exclude_records`), so they leave the
+    candidates before the reranker reads the citations of the best hits, as on the federated path.
+    """
     report = EvalReport(label, k)
     depth = max(k, RANKING_DEPTH)
     started = time.perf_counter()
     for query in queries:
-        hits = retriever.query(query.query, top_k=depth + len(query.exclude_ids), **query_kwargs)
+        excluded = {"exclude_records": query.exclude_ids} if query.exclude_ids else {}
+        hits = retriever.query(query.query, top_k=depth + len(query.exclude_ids), **excluded, **query_kwargs)
         ranked = ranked_records(hits, query.exclude_ids)
         report.results.append(QueryResult(query.qid, query.type, scored(query, ranked, ranked, k)))
     report.seconds = time.perf_counter() - started

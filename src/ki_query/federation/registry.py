@@ -32,6 +32,7 @@ from ki_core.search import SearchIndex, open_index
 from ki_query.federation.corpus_loader import corpus_index_exists, index_metric
 from ki_query.federation.errors import CorpusEmbeddingMismatch, CorpusIndexMissing, UnknownCorpus
 from ki_query.federation.corpus_retriever import CorpusRetriever, HybridWeights, negative_threshold_for
+from ki_query.rerank.model import offline_ranker
 from ki_query.federation.corpus_units import UnitStore
 
 
@@ -293,6 +294,7 @@ class CorpusRegistry:
             default_container=spec.default_container,
             weights=self.weights or weights_from_settings(self.settings),
             law_prior_dir=Path(self.settings.state_dir) / "law-prior",
+            reranker=offline_ranker(self.settings.retrieval),
         )
 
     # ------------------------------------------------------------ checks

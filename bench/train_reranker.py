@@ -1,0 +1,128 @@
+"""Train the offline reranker (ki_query/rerank) on generated queries over a loaded training corpus.
+
+    python bench/eval_sets.py train /tmp/train.jsonl ../shared/data/statutes-extra/{gmbhg,vwvfg,...}.jsonl.gz \
+        --xref 400 --heading 300
+    KI_EMBEDDING__PROVIDER=e5-small ki corpus load train ../shared/data/statutes-extra/{gmbhg,vwvfg,...}.jsonl.gz
+    KI_EMBEDDING__PROVIDER=e5-small python bench/train_reranker.py --corpus train --queries /tmp/train.jsonl \
+        --out src/ki_query/rerank/offline-ranker.json
+
+Training pairs: every generated query (an xref query is a citing Absatz with its reference masked,
+a heading query a § heading that is not indexed) is run through the corpus retriever without
+reranking; of its first `--prefix` fused candidates (its citing Absatz excluded, as in `ki eval`),
+each pair of a relevant (grade 1-2) and a less relevant candidate is one pair, weighted by the
+grade difference. The laws must never be BGB, ZPO, SGB V or GG (the dev corpus) nor the laws of
+tests/fixtures/eval/extra16-*. Prints the 5-fold cross-validated nDCG@10 of the training queries
+before and after reranking, then the weights, and writes the model trained on all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ki_core.config import load_settings
+from ki_core.db import engine_from_settings, session_factory
+from ki_core.embedding import embedder_from_settings
+from ki_core.search.types import oversampled_window
+from ki_query.federation.corpus_retriever import ALL_LEGS
+from ki_query.federation.evaluation import RANKING_DEPTH, load_queries, ndcg_at, ranked_records
+from ki_query.federation.registry import CorpusRegistry
+from ki_query.rerank.features import FEATURE_NAMES, feature_matrix
+from ki_query.rerank.model import LinearRanker, reordered
+
+FOLDS = 5
+
+
+def candidate_lists(corpus: str, queries_path: Path, prefix: int) -> list[dict]:
+    """Per query: its feature matrix, the grades of its candidates, and the records in fused order."""
+    settings = load_settings()
+    engine = engine_from_settings(settings)
+    registry = CorpusRegistry(settings, session_factory(engine), embedder_from_settings(settings))
+    rows = []
+    try:
+        retriever = registry.retriever(corpus)
+        queries = load_queries(queries_path)
+        for n, query in enumerate(queries, start=1):
+            vector = retriever.embedder.embed_query(query.query)
+            lookups, ranked = retriever.candidates(
+                query.query, vector, legs=ALL_LEGS, where=None,
+                size=oversampled_window(RANKING_DEPTH + len(query.exclude_ids)), exclude_records=query.exclude_ids,
+            )
+            head = ranked[:prefix]
+            retriever.count_citations(head)
+            rows.append({
+                "query": query,
+                "matrix": feature_matrix([r.evidence for r in head]),
+                "grades": np.array([query.relevant.get(r.hit["metadata"]["record_id"], 0) for r in head]),
+                "lookups": lookups,
+                "ranked": [r.hit for r in ranked],
+            })
+            if n % 50 == 0:
+                print(f"  {n}/{len(queries)} queries", file=sys.stderr)
+    finally:
+        registry.close()
+        engine.dispose()
+    return rows
+
+
+def ndcg_of(row: dict, order: list, k: int = 10) -> float:
+    ranked = ranked_records([*row["lookups"], *order], row["query"].exclude_ids)
+    return ndcg_at(ranked, row["query"].relevant, k)
+
+
+def fold_of(qid: str) -> int:
+    return int(hashlib.sha256(qid.encode()).hexdigest(), 16) % FOLDS
+
+
+def report(rows: list[dict], prefix: int, l2: float) -> None:
+    """5-fold cross-validated nDCG@10 per query type, fused vs reranked."""
+    before: dict[str, list[float]] = {}
+    after: dict[str, list[float]] = {}
+    for fold in range(FOLDS):
+        train = [(r["matrix"], r["grades"]) for r in rows if fold_of(r["query"].qid) != fold]
+        model = LinearRanker.fit(train, l2=l2, prefix=prefix)
+        for row in (r for r in rows if fold_of(r["query"].qid) == fold):
+            kind = row["query"].type
+            scores = model.scores(row["matrix"]) if len(row["matrix"]) else np.zeros(0)
+            before.setdefault(kind, []).append(ndcg_of(row, row["ranked"]))
+            after.setdefault(kind, []).append(ndcg_of(row, reordered(row["ranked"], scores, prefix)))
+    print(f"{'type':10} {'queries':>7} {'fused':>7} {'reranked':>8}   (nDCG@10, {FOLDS}-fold cross-validated)")
+    for kind in sorted(before) + ["all"]:
+        b = [x for t in before for x in before[t]] if kind == "all" else before[kind]
+        a = [x for t in after for x in after[t]] if kind == "all" else after[kind]
+        print(f"{kind:10} {len(b):7d} {np.mean(b):7.3f} {np.mean(a):8.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", required=True, help="the loaded training corpus (never a dev or eval corpus)")
+    parser.add_argument("--queries", type=Path, required=True, help="generated training queries (.jsonl)")
+    parser.add_argument("--out", type=Path, help="where to write the model (default: print only)")
+    parser.add_argument("--prefix", type=int, default=50, help="leading candidates the model reorders")
+    parser.add_argument("--l2", type=float, default=1e-3)
+    parser.add_argument("--describe", default="", help="what the model was trained on, stored in the file")
+    parser.add_argument("--cache", type=Path, help="keep the candidate lists here (a re-fit skips the retrieval)")
+    args = parser.parse_args()
+    if args.cache and args.cache.exists():
+        rows = pickle.loads(args.cache.read_bytes())
+    else:
+        rows = candidate_lists(args.corpus, args.queries, args.prefix)
+        if args.cache:
+            args.cache.write_bytes(pickle.dumps(rows))
+    report(rows, args.prefix, args.l2)
+    model = LinearRanker.fit([(r["matrix"], r["grades"]) for r in rows], l2=args.l2, prefix=args.prefix,
+                             trained_on=args.describe or f"corpus {args.corpus}, {len(rows)} queries of {args.queries.name}")
+    for name, weight in zip(FEATURE_NAMES, model.weights, strict=True):
+        print(f"  {name:18} {weight:+.3f}")
+    if args.out:
+        model.save(args.out)
+        print(f"model -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
