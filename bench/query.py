@@ -28,6 +28,7 @@ settings say search.backend "opensearch", on the same SQL database; each row is 
 
     .venv/bin/python bench/query.py [--database-url URL | --sqlite] [--queries 200] [--dims 384]
         [--backend embedded|opensearch|both] [--opensearch-url http://127.0.0.1:9200] [--limit-chunks N]
+        [--no-rerank]
 
 The peer cells on PostgreSQL and on SQLite (state the load, `uptime`, with the figures):
 
@@ -87,7 +88,7 @@ DOCUMENT_SHARES = {"10 % of documents": 0.10, "90 % of documents": 0.90}
 OTHER_USERS = 1_000
 OTHER_GROUPS = 100
 DRAFT_SHARE = 0.2
-STEPS = ("scope", "legs", "fusion", "verify", "collapse")
+STEPS = ("scope", "legs", "fusion", "verify", "collapse", "rerank")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 NOW = datetime.now(UTC)
 CALLERS = {
@@ -381,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a PostgreSQL server database; the bench creates and drops its own")
     parser.add_argument("--sqlite", action="store_true", help="use a SQLite file instead of PostgreSQL")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--no-rerank", action="store_true",
+                        help="turn the offline reranker (on by default) off: the difference is what it adds")
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit-chunks", type=int, default=None,
@@ -429,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                         write_opensearch(bench_os, rows)
                         # Its own engine on the same database: round-trips counted per backend.
                         opened.append(Backend("opensearch", bench_os.settings, make_engine(url), bench_os.index))
-            measure(opened, embedder, queries(paragraphs, args.queries, rng))
+            measure(opened, embedder, queries(paragraphs, args.queries, rng), rerank=not args.no_rerank)
         finally:
             for backend in opened:
                 if backend.name == "embedded":
@@ -454,12 +457,15 @@ def bare_search_ms(index: SearchIndex, embedder: HashingEmbedder, scope_filter, 
     return samples
 
 
-def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str]) -> None:
+def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str], rerank: bool = True) -> None:
+    """rerank: the default offline reranker on (as shipped) or off (what it adds is the difference)."""
     services = {}
     for backend in opened:
         sessions = session_factory(backend.engine)
-        access = AccessService(sessions, backend.settings)
-        service = RetrievalService(backend.settings, sessions, backend.index, embedder, access)
+        retrieval = backend.settings.retrieval.model_copy(update={"rerank_enabled": rerank, "rerank_provider": "offline"})
+        settings = backend.settings.model_copy(update={"retrieval": retrieval})
+        access = AccessService(sessions, settings)
+        service = RetrievalService(settings, sessions, backend.index, embedder, access)
         services[backend.name] = (service, access, RoundTrips(backend.engine))
     single = len(opened) == 1
     width = 22 if single else 34
@@ -468,7 +474,8 @@ def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str]) 
         return name if single else f"{name} [{backend}]"
 
     full, cold, bare = {}, {}, {}
-    print(f"\n{len(texts)} queries per caller, limit 10; milliseconds p50 / p95; e2e = search without the embedding")
+    print(f"\n{len(texts)} queries per caller, limit 10, offline reranker {'on' if rerank else 'off'}; "
+          "milliseconds p50 / p95; e2e = search without the embedding")
     header = ["caller", "e2e", *STEPS, "embed"]
     print(f"{header[0]:<{width}} " + " ".join(f"{h:>14}" for h in header[1:]) + "  trips  hits")
     for name, principal in CALLERS.items():

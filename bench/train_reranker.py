@@ -4,7 +4,7 @@
         --xref 400 --heading 300
     KI_EMBEDDING__PROVIDER=e5-small ki corpus load train ../shared/data/statutes-extra/{gmbhg,vwvfg,...}.jsonl.gz
     KI_EMBEDDING__PROVIDER=e5-small python bench/train_reranker.py --corpus train --queries /tmp/train.jsonl \
-        --out src/ki_query/rerank/offline-ranker.json
+        [--corpus train2 --queries /tmp/train2.jsonl ...] --out src/ki_query/rerank/offline-ranker.json
 
 Training pairs: every generated query (an xref query is a citing Absatz with its reference masked,
 a heading query a § heading that is not indexed) is run through the corpus retriever without
@@ -100,8 +100,10 @@ def report(rows: list[dict], prefix: int, l2: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", required=True, help="the loaded training corpus (never a dev or eval corpus)")
-    parser.add_argument("--queries", type=Path, required=True, help="generated training queries (.jsonl)")
+    parser.add_argument("--corpus", action="append", required=True,
+                        help="a loaded training corpus (never a dev or eval corpus); repeatable, one per --queries")
+    parser.add_argument("--queries", type=Path, action="append", required=True,
+                        help="generated training queries over the --corpus of the same position (.jsonl)")
     parser.add_argument("--out", type=Path, help="where to write the model (default: print only)")
     parser.add_argument("--prefix", type=int, default=50, help="leading candidates the model reorders")
     parser.add_argument("--l2", type=float, default=1e-3)
@@ -111,12 +113,15 @@ def main() -> None:
     if args.cache and args.cache.exists():
         rows = pickle.loads(args.cache.read_bytes())
     else:
-        rows = candidate_lists(args.corpus, args.queries, args.prefix)
+        if len(args.corpus) != len(args.queries):
+            parser.error("give one --queries file per --corpus")
+        rows = [row for corpus, queries in zip(args.corpus, args.queries, strict=True)
+                for row in candidate_lists(corpus, queries, args.prefix)]
         if args.cache:
             args.cache.write_bytes(pickle.dumps(rows))
     report(rows, args.prefix, args.l2)
     model = LinearRanker.fit([(r["matrix"], r["grades"]) for r in rows], l2=args.l2, prefix=args.prefix,
-                             trained_on=args.describe or f"corpus {args.corpus}, {len(rows)} queries of {args.queries.name}")
+                             trained_on=args.describe or f"corpora {', '.join(args.corpus)}, {len(rows)} queries")
     for name, weight in zip(FEATURE_NAMES, model.weights, strict=True):
         print(f"  {name:18} {weight:+.3f}")
     if args.out:
