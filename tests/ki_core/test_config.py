@@ -29,9 +29,9 @@ SPEC_RETRIEVAL_DEFAULTS = {
     "version_status_boost": {"executed": 1.2, "final": 1.0, "unknown": 0.8, "draft": 0.7},
     "collapse_per_document": True,
     "max_chunks_per_document": 3,
-    "rerank_enabled": False,
     "graph_rag_enabled": False,
 }
+# rerank_enabled is amended (amendments.md 3): on, with the offline ranker (tests/ki_query/rerank).
 
 
 @pytest.mark.parametrize("key,expected", SPEC_RETRIEVAL_DEFAULTS.items())

@@ -32,8 +32,8 @@ from ki_core.search import SearchIndex, open_index
 from ki_query.federation.corpus_loader import corpus_index_exists, index_metric
 from ki_query.federation.errors import CorpusEmbeddingMismatch, CorpusIndexMissing, UnknownCorpus
 from ki_query.federation.corpus_retriever import CorpusRetriever, HybridWeights, negative_threshold_for
-from ki_query.rerank.model import offline_ranker
 from ki_query.federation.corpus_units import UnitStore
+from ki_query.rerank.model import offline_ranker
 
 
 FIRM_CORPUS_ID = "firm"
