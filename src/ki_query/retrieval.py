@@ -49,7 +49,7 @@ from ki_query.fusion import (
     prefix_covering,
     rerank_prefix,
 )
-from ki_query.rerank.firm import offline_reranked
+from ki_query.rerank.firm import OFFLINE_PREFIX, offline_reranked
 from ki_query.rerank.model import offline_ranker
 from ki_query.scope import AccessService, CompiledAccessScope
 from ki_query.text_match import excerpt
@@ -198,7 +198,7 @@ class RetrievalService:
         every row the oversampled legs returned. Chunk texts are read only for what is
         shown (and what the reranker reads).
         """
-        wanted = max(request.window, RERANK_PREFIX if self._rerank_on else 0) + 1
+        wanted = max(request.window, self._rerank_prefix) + 1
         verified: dict[int, VerifiedChunk] = {}
         ranked: list[Candidate] = []
         end, documents = 0, VERIFY_FIRST_FACTOR * wanted
@@ -241,11 +241,18 @@ class RetrievalService:
     def _rerank_on(self) -> bool:
         return self.settings.retrieval.rerank_enabled
 
+    @property
+    def _rerank_prefix(self) -> int:
+        """How many leading hits the configured reranker reorders (0: none)."""
+        if not self._rerank_on:
+            return 0
+        return RERANK_PREFIX if self.settings.retrieval.rerank_provider == "gateway" else OFFLINE_PREFIX
+
     def _rerank(
         self, query: str, ranked: list[Candidate], verified: dict[int, VerifiedChunk], texts: dict[int, str]
     ) -> list[Candidate]:
-        """The top RERANK_PREFIX hits reordered by the offline ranker (retrieval.rerank_provider
-        "offline", no network) or by one gateway call ("gateway"; an error propagates, no silent
+        """The top OFFLINE_PREFIX hits reordered by the offline ranker (retrieval.rerank_provider
+        "offline", no network) or the top RERANK_PREFIX by one gateway call ("gateway"; an error propagates, no silent
         fallback)."""
         prefix = ranked[:RERANK_PREFIX]
         if not prefix:

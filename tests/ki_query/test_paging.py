@@ -186,7 +186,7 @@ def test_the_first_pages_of_statute_questions_slice_one_ranking(paging_world: Pa
         assert pages == whole, question
 
 
-def test_the_offline_reranker_only_reorders_the_first_20(paging_world: PagingWorld) -> None:
+def test_the_offline_reranker_only_reorders_the_first_10(paging_world: PagingWorld) -> None:
     """amendments.md 3: the pages above are the default's, reranked; here the order it starts from. The
     same hits, nothing past the prefix moved, the model's score beside the fused one in explain, and
     `score` still descending on the fused scale."""
@@ -197,9 +197,9 @@ def test_the_offline_reranker_only_reorders_the_first_20(paging_world: PagingWor
         reranked = paging_world.service.search(request, CALLER).hits
         assert len(fused) == 40
         assert sorted(h.chunk_id for h in reranked) == sorted(h.chunk_id for h in fused)
-        assert [h.chunk_id for h in reranked[20:]] == [h.chunk_id for h in fused[20:]]
-        assert all(h.explain.rerank_score is not None for h in reranked[:20])
-        assert all(h.explain.rerank_score is None for h in reranked[20:])
+        assert [h.chunk_id for h in reranked[10:]] == [h.chunk_id for h in fused[10:]]
+        assert all(h.explain.rerank_score is not None for h in reranked[:10])
+        assert all(h.explain.rerank_score is None for h in reranked[10:])
         assert [h.score for h in reranked] == [h.score for h in fused]
-        moved += [h.chunk_id for h in reranked[:20]] != [h.chunk_id for h in fused[:20]]
+        moved += [h.chunk_id for h in reranked[:10]] != [h.chunk_id for h in fused[:10]]
     assert moved >= 2

@@ -11,9 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ki_query.fusion import RERANK_PREFIX, Candidate, rerank_prefix
+from ki_query.fusion import Candidate, rerank_prefix
 from ki_query.rerank.features import RerankInput, feature_matrix
 from ki_query.rerank.model import LinearRanker
+
+
+# The offline ranker reorders the first 10 collapsed hits of a firm search, the gateway the spec's 20:
+# a hit must be verified before it may be reordered, and verifying 21 hits instead of the 11 that a
+# first page at limit 10 needs cost 4-8 ms (bench/query.py), thirty times the model itself. Fixed,
+# not the page's size, so pages stay slices of one ranking.
+OFFLINE_PREFIX = 10
 
 
 def firm_inputs(prefix: Sequence[Candidate], cosine: Callable[[float], float]) -> list[RerankInput]:
@@ -58,15 +65,15 @@ def offline_scores(
 def offline_reranked(
     ranked: Sequence[Candidate], model: LinearRanker, key: Callable[[Candidate], str], cosine: Callable[[float], float]
 ) -> list[Candidate]:
-    """The first RERANK_PREFIX hits in the model's order; nothing dropped, nothing past the prefix moved.
+    """The first OFFLINE_PREFIX hits in the model's order; nothing dropped, nothing past the prefix moved.
 
     Each reordered hit keeps the model's score in `rerank_score` (explain shows it beside the fused
     score and the boost), and the prefix's boosted fused scores, sorted, are handed out again in the
     new order: `score` descends across every page and stays on the scale of the hits past the prefix.
     """
-    prefix = list(ranked[:RERANK_PREFIX])
+    prefix = list(ranked[:OFFLINE_PREFIX])
     fused = sorted((c.score for c in prefix), reverse=True)
-    result = rerank_prefix(ranked, offline_scores(prefix, model, key, cosine), key)
+    result = rerank_prefix(ranked, offline_scores(prefix, model, key, cosine), key, size=OFFLINE_PREFIX)
     for candidate, score in zip(result, fused, strict=False):
         candidate.score = score
     return result
