@@ -123,6 +123,7 @@ class ChunkTable:
         self.slot_of: dict[int, int] = {}
         self._masks: OrderedDict[tuple, Admitted] = OrderedDict()
         self._version_rank: np.ndarray | None = None
+        self._by_chunk_id: tuple[np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ writes
 
@@ -203,6 +204,7 @@ class ChunkTable:
         self.version += 1
         self._masks.clear()
         self._version_rank = None
+        self._by_chunk_id = None
 
     # ------------------------------------------------------------------- reads
 
@@ -272,9 +274,24 @@ class ChunkTable:
         return self.vocab[name].values[self.codes[name][slot]]
 
     def slots_of(self, chunk_ids: Iterable[int]) -> np.ndarray:
-        """Live slot per chunk id, -1 where the table does not hold the chunk."""
-        get = self.slot_of.get
-        return np.fromiter((get(c, -1) for c in chunk_ids), dtype=np.int64)
+        """Live slot per chunk id, -1 where the table does not hold the chunk.
+
+        A binary search over the live ids sorted once per table change: a text leg maps 2,500
+        hits per search, and a dict lookup per hit cost 2.8 ms of a 5 ms lexical leg."""
+        ids = np.asarray(chunk_ids if isinstance(chunk_ids, (list, np.ndarray)) else list(chunk_ids), dtype=np.int64)
+        sorted_ids, sorted_slots = self._live_ids_sorted()
+        if not len(ids) or not len(sorted_ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+        return np.where(sorted_ids[at] == ids, sorted_slots[at], -1)
+
+    def _live_ids_sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        """(live chunk ids ascending, their slots), rebuilt after a change."""
+        if self._by_chunk_id is None:
+            live = np.flatnonzero(self.alive[: self.size])
+            order = np.argsort(self.chunk_id[live], kind="stable")
+            self._by_chunk_id = (self.chunk_id[live][order], live[order].astype(np.int64))
+        return self._by_chunk_id
 
     def leg_hits(self, slots: np.ndarray, scores: Iterable[float]) -> LegHits:
         """Ranked hits for these slots: ids, scores and statuses gathered in one numpy pass; a
