@@ -30,7 +30,7 @@ from ki_query.federation.corpus_units import Hit, UnitStore, unit_hit
 from ki_query.federation.providers import StatuteVerweise, expand_sections
 from ki_query.law_prior import LawPrior, boosted, corpus_prior
 from ki_query.rerank.features import RerankInput, feature_matrix
-from ki_query.rerank.model import LinearRanker, reordered
+from ki_query.rerank.model import LinearRanker, keep_scores_descending, reordered
 from ki_query.federation.ranking import (
     FOUND,
     FOUND_LEVEL,
@@ -355,10 +355,7 @@ class CorpusRetriever:
         self.count_citations(head)
         scores = self.reranker.scores(feature_matrix([r.evidence for r in head]))
         result = reordered(ranked, scores, self.reranker.prefix)
-        # The fused scores stay this corpus's scale; reordered, they are made to descend again.
-        fused = sorted((r.hit["score"] for r in head), reverse=True)
-        for item, score in zip(result, fused, strict=False):
-            item.hit["score"] = score
+        keep_scores_descending(result, [r.hit["score"] for r in head], _set_hit_score)
         return result
 
     def count_citations(self, head: Sequence[RankedHit]) -> None:
@@ -486,3 +483,6 @@ def adjacent_units(section_units: Sequence[CorpusUnit], text_hash: str) -> list[
         return []
     return [section_units[i] for i in (position - 1, position + 1) if 0 <= i < len(section_units)]
 
+
+def _set_hit_score(item: RankedHit, score: float) -> None:
+    item.hit["score"] = score

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ki_query.fusion import Candidate, rerank_prefix
 from ki_query.rerank.features import RerankInput, feature_matrix
-from ki_query.rerank.model import LinearRanker
+from ki_query.rerank.model import LinearRanker, keep_scores_descending
 
 
 # The offline ranker reorders the first 10 collapsed hits of a firm search, the gateway the spec's 20:
@@ -72,8 +72,7 @@ def offline_reranked(
     new order: `score` descends across every page and stays on the scale of the hits past the prefix.
     """
     prefix = list(ranked[:OFFLINE_PREFIX])
-    fused = sorted((c.score for c in prefix), reverse=True)
+    fused = [c.score for c in prefix]
     result = rerank_prefix(ranked, offline_scores(prefix, model, key, cosine), key, size=OFFLINE_PREFIX)
-    for candidate, score in zip(result, fused, strict=False):
-        candidate.score = score
+    keep_scores_descending(result, fused, lambda candidate, score: setattr(candidate, "score", score))
     return result

@@ -10,7 +10,7 @@ within a query is learned, never an absolute level.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -134,6 +134,15 @@ def reordered(items: Sequence, scores: np.ndarray, prefix: int) -> list:
     head = list(items[:prefix])
     order = sorted(range(len(head)), key=lambda i: -float(scores[i]))
     return [head[i] for i in order] + list(items[prefix:])
+
+
+def keep_scores_descending(result: Sequence, fused: Iterable[float], assign: Callable[[Any, float], None]) -> None:
+    """Hand the prefix's fused scores, sorted, out again in the reranked order.
+
+    The reranker changes the order, not the scale: scores stay comparable with the hits past the
+    prefix (and, federated, with the other corpora's), and they still descend down the list."""
+    for item, score in zip(result, sorted(fused, reverse=True), strict=False):
+        assign(item, score)
 
 
 @lru_cache(maxsize=4)
