@@ -37,14 +37,9 @@ from ki_core.config import Settings
 from ki_workers.context import WorkerContext
 from ki_workers.sources.local_fs import Manifest, ManifestEntry, document_key, iter_files, load_manifest
 from ki_workers.stages.embed_index import deferred_index_writes, flush_if_waiting
-from ki_workers.stages.ingest import (
-    IngestResult,
-    get_or_create_project,
-    get_or_create_source,
-    ingest_bytes,
-    retire_object,
-)
+from ki_workers.stages.ingest import IngestResult, ingest_bytes, retire_object
 from ki_workers.stages.record_metadata import link_project_references
+from ki_workers.stages.rows import get_or_create_project, get_or_create_source
 
 MEGABYTE = 1024 * 1024
 

@@ -66,13 +66,8 @@ from ki_workers.sources.dms_events import (
     SourceListing,
 )
 from ki_workers.sources.local_fs import ManifestEntry
-from ki_workers.stages.ingest import (
-    get_or_create_matter,
-    get_or_create_project,
-    ingest_bytes,
-    refresh_latest_final,
-    retire_object,
-)
+from ki_workers.stages.ingest import ingest_bytes, refresh_latest_final, retire_object
+from ki_workers.stages.rows import get_or_create_matter, get_or_create_project
 
 
 class PermanentEventError(Exception):

@@ -49,7 +49,7 @@ from ki_workers.stages.chunking import (
     split_body,
     text_hash,
 )
-from ki_workers.stages.ingest import version_and_document
+from ki_workers.stages.rows import version_and_document
 
 CLAUSE_STATUSES = (VersionStatus.FINAL, VersionStatus.EXECUTED)
 

@@ -20,7 +20,7 @@ from ki_core.models import (
     Relation,
     RelationKind,
 )
-from ki_workers.stages.ingest import get_or_create_matter, version_and_document
+from ki_workers.stages.rows import get_or_create_matter, version_and_document
 from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, is_generic_title
 
 # The document's own identifiers (its Aktenzeichen, its contract number) stand in its

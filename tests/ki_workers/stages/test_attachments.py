@@ -28,7 +28,8 @@ from ki_core.models import (
 from ki_workers.sources.local_fs import ManifestEntry
 from ki_workers.stages.attachments import ATTACHMENT_ORIGIN, attachment_key
 from ki_workers.stages.convert import MEDIA_DOCX, MEDIA_PDF, MEDIA_TEXT, MSG_ATTACHMENTS_UNSUPPORTED
-from ki_workers.stages.ingest import IngestResult, Outcome, get_or_create_project, get_or_create_source, ingest_bytes, retire_object
+from ki_workers.stages.ingest import IngestResult, Outcome, ingest_bytes, retire_object
+from ki_workers.stages.rows import get_or_create_project, get_or_create_source
 from tests.ki_workers.stages.msg_builder import build_msg
 from tests.ki_workers.stages.test_convert import make_docx, make_mail, make_pdf
 

@@ -17,12 +17,8 @@ from ki_core.models import (
     VersionStatus,
 )
 from ki_workers.sources.local_fs import ManifestEntry
-from ki_workers.stages.ingest import (
-    Outcome,
-    get_or_create_project,
-    get_or_create_source,
-    ingest_bytes,
-)
+from ki_workers.stages.ingest import Outcome, ingest_bytes
+from ki_workers.stages.rows import get_or_create_project, get_or_create_source
 
 CONTRACT = "Rahmenliefervertrag\n§ 1 Vertragsgegenstand\nDie Lieferantin liefert Beton.".encode()
 

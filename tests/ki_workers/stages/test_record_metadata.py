@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from ki_core.models import Document, DocumentVersion, SourceKind
 from ki_workers.sources.local_fs import ManifestEntry
-from ki_workers.stages.ingest import get_or_create_project, get_or_create_source, ingest_bytes
+from ki_workers.stages.ingest import ingest_bytes
+from ki_workers.stages.rows import get_or_create_project, get_or_create_source
 from ki_workers.stages.metadata import RuleBasedExtractor
 from ki_workers.stages.record_metadata import record_metadata
 
