@@ -28,7 +28,6 @@ TASK_ROUTES = {
     "ki.extract_metadata": {"queue": QUEUE_INGEST},
     "ki.chunk_embed": {"queue": QUEUE_INDEX},
     "ki.reindex_access": {"queue": QUEUE_ACCESS},
-    "ki.delete": {"queue": QUEUE_ACCESS},
     "ki.sweep": {"queue": QUEUE_MAINTENANCE},
     "ki.reconcile": {"queue": QUEUE_MAINTENANCE},
 }

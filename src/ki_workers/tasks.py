@@ -95,15 +95,6 @@ def reindex_access(version_ids: list[str]) -> dict:
     return {"updated": result.updated, "removed": result.removed, "restored": result.restored}
 
 
-@shared_task(name="ki.delete", **TASK_OPTIONS)
-def delete(document_id: str) -> str:
-    """Remove a document from search; SQL keeps its history."""
-    index = worker_context().index()
-    index.delete_document(document_id)
-    index.refresh()
-    return document_id
-
-
 @shared_task(name="ki.sweep", **TASK_OPTIONS)
 def sweep() -> dict:
     from ki_workers.sweep import run_sweep
