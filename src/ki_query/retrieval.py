@@ -78,6 +78,7 @@ from ki_query.verification import (
     access_reason,
     chunk_texts,
     grant_paths,
+    verify_batch,
     verify_candidates,
 )
 
@@ -149,8 +150,7 @@ class RetrievalService:
         clock.lap("scope")
         candidates = self._ranked_candidates(request, filters, scope, clock)
         with self._session() as session:
-            viewer = self._viewer(session, scope, principals)
-            ranked, verified, texts = self._verified_ranking(session, viewer, request, candidates, clock)
+            viewer, ranked, verified, texts = self._verified_ranking(session, scope, principals, request, candidates, clock)
             page = ranked[request.offset : request.window]
             explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
         hits = tuple(
@@ -187,8 +187,9 @@ class RetrievalService:
         return candidates
 
     def _verified_ranking(
-        self, session: Session, viewer: Viewer, request: SearchRequest, candidates: Sequence[Candidate], clock: StepClock
-    ) -> tuple[list[Candidate], dict[int, VerifiedChunk], dict[int, str]]:
+        self, session: Session, scope: CompiledAccessScope, principals: list[str], request: SearchRequest,
+        candidates: Sequence[Candidate], clock: StepClock,
+    ) -> tuple[Viewer, list[Candidate], dict[int, VerifiedChunk], dict[int, str]]:
         """Steps 6-7: SQL re-verification with citations, collapse, rerank of the prefix.
 
         Candidates are verified best first, in batches, until the collapsed list holds the
@@ -201,10 +202,15 @@ class RetrievalService:
         wanted = max(request.window, self._rerank_prefix) + 1
         verified: dict[int, VerifiedChunk] = {}
         ranked: list[Candidate] = []
+        viewer: Viewer | None = None
         end, documents = 0, VERIFY_FIRST_FACTOR * wanted
         while end < len(candidates) and len(ranked) < wanted:
             start, end = end, prefix_covering(candidates, documents, end)
-            verified |= verify_candidates(session, viewer, candidates[start:end])
+            if viewer is None:
+                viewer, checked = self._verified_first(session, scope, principals, candidates[start:end])
+            else:
+                checked = verify_candidates(session, viewer, candidates[start:end])
+            verified |= checked
             clock.lap("verify")
             ranked = self._collapse(candidates[:end], verified)
             clock.lap("collapse")
@@ -217,7 +223,19 @@ class RetrievalService:
         if self._rerank_on:
             ranked = self._rerank(request.query, ranked, verified, texts)
             clock.lap("rerank")
-        return ranked, verified, texts
+        return viewer or self._viewer(session, scope, principals), ranked, verified, texts
+
+    def _verified_first(
+        self, session: Session, scope: CompiledAccessScope, principals: list[str], batch: Sequence[Candidate]
+    ) -> tuple[Viewer, dict[int, VerifiedChunk]]:
+        """The first batch verified with the scope's expanded principals when the same statement shows no
+        access change since the scope was compiled; else verified again with them expanded anew."""
+        first = verify_batch(session, scope.viewer, batch)
+        generation = first.generation if first.generation is not None else current_access_generation(session)
+        if generation == scope.generation:
+            return scope.viewer, first.verified
+        viewer = viewer_for(session, principals, self.settings)
+        return viewer, verify_candidates(session, viewer, batch)
 
     def _fuse(self, legs, query: str) -> Sequence[Candidate]:
         retrieval = self.settings.retrieval

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, update
 
-from ki_core.grants import bump_access_generation
+from ki_core.grants import bump_access_generation, replace_group_members
 from ki_core.llm import ChatGateway, GatewayError
 from ki_core.models import ObservationState, SourceObservation
 from ki_core.search.index import IndexOp
@@ -186,6 +186,32 @@ def test_reverification_drops_a_version_sql_no_longer_shows_although_the_index_s
         assert executed.id not in {h.version_id for h in hits}
         contract = [h for h in hits if h.citation.document.key == "mietvertrag"]
         assert [h.version_id for h in contract] == [fresh_world.version("mietvertrag/v2").id]
+
+
+class ScopeCompiledBefore:
+    """An access service that hands out one scope compiled earlier: the moment between a search's
+    compile and its verification, held open, in which an access change lands."""
+
+    def __init__(self, inner, scope) -> None:
+        self.inner, self.scope = inner, scope
+
+    def compile_scope(self, *_args, **_kwargs):
+        return self.scope
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def test_a_membership_removed_after_the_scope_was_compiled_hides_the_hits(fresh_world: FolderWorld) -> None:
+    """Verification reads the access generation with the chunks; a scope expanded before the change is
+    not trusted: anna's principals are expanded anew and she no longer is in team:miete."""
+    service, _, _ = fresh_world.service()
+    query = SearchRequest(query="Mietvertrag über Gewerberäume Vertragsnummer", limit=10)
+    service.access = ScopeCompiledBefore(service.access, service.access.compile_scope([MEMBER]))
+    assert service.search(query, [MEMBER]).hits  # the same scope, no change yet: anna sees the project
+    with fresh_world.ctx.sessions() as session, session.begin():
+        replace_group_members(session, fresh_world.source_id, GROUP, [], settings=fresh_world.ctx.settings)
+    assert service.search(query, [MEMBER]).hits == ()
 
 
 def test_reverification_drops_index_rows_that_disagree_with_sql(fresh_world: FolderWorld) -> None:

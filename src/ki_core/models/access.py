@@ -50,6 +50,17 @@ class Grant(Base):
         # without table rows (ki_query.scope).
         Index("ix_grants_principal_scope_effect_document", "principal", "scope", "effect", "document_id"),
         Index("ix_grants_document_scope_effect_principal", "document_id", "scope", "effect", "principal"),
+        # Migration 0013: the predicate's per-candidate lookups on a project or an observed object,
+        # led by the target (SQLite read every object grant through the unique index's `scope`).
+        # Partial: to ANALYZE statistics the other grants' NULL targets are one huge value.
+        Index(
+            "ix_grants_object_scope_effect_principal", "source_object_id", "scope", "effect", "principal",
+            sqlite_where=text("source_object_id IS NOT NULL"), postgresql_where=text("source_object_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_grants_project_scope_effect_principal", "project_id", "scope", "effect", "principal",
+            sqlite_where=text("project_id IS NOT NULL"), postgresql_where=text("project_id IS NOT NULL"),
+        ),
         # NULLs are distinct in unique indexes on both databases: key on the one target. The
         # origin is part of the key, so a local rule and a mirrored ACL entry alike are two rows.
         Index(
