@@ -30,6 +30,7 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     and_,
+    case,
     except_,
     false,
     func,
@@ -533,7 +534,10 @@ def _visible_condition(viewer: Viewer, facts: Any, locally_allowed: ColumnElemen
         .where(DocumentVersion.document_id == summary.document_id, viewer_predicate(viewer))
         .exists()
     )
-    return and_(facts.c.denied == 0, or_(and_(~ruled, by_rules), and_(ruled, a_version_visible)))
+    # CASE, not AND: in a result column SQLite evaluated the predicate's subqueries for every row, ruled
+    # or not (a mirrored DMS names every document by an object grant: 500 of 790 ms at 17,859 documents).
+    ruled_and_visible = case((ruled, a_version_visible), else_=false())
+    return and_(facts.c.denied == 0, or_(and_(~ruled, by_rules), ruled_and_visible))
 
 
 # ------------------------------------------------------------ compact form
