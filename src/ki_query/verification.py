@@ -143,8 +143,6 @@ def verify_batch(session: Session, viewer: Viewer, candidates: Iterable[Candidat
 _CITED_OBSERVATION = SourceObservation.__table__.alias("cited_observation")
 _CITED_OBJECT = SourceObject.__table__.alias("cited_object")
 _CITED_SOURCE = Source.__table__.alias("cited_source")
-# Where a row of the visible-chunks statement leaves the version columns for the observation's.
-_OBSERVATION_AT = 4 + 13
 
 
 @functools.cache
@@ -163,10 +161,7 @@ def _visible_chunks_statement(is_admin: bool, acl_mode: AclMode) -> Select:
         ))
         .join(obj, obj.c.id == observation.c.source_object_id)
         .join(source, source.c.id == obj.c.source_id)
-        .add_columns(
-            obj.c.id, source.c.name, source.c.kind, obj.c.external_id, obj.c.uri, obj.c.title, obj.c.acl_known,
-            _own_acl_allows(obj.c.id), generation,
-        )
+        .add_columns(*_observation_columns(obj, source), generation)
         .where(in_set(Chunk.id, set_parameter("chunk_ids", integers=True)), prepared_predicate(is_admin, acl_mode))
     )
 
@@ -189,6 +184,8 @@ _VERSION_COLUMNS = (
     Document.id, Document.key, Document.title, Document.latest_final_version_id,
     Project.id, Project.name, Project.title,
 )
+# Where a row of the visible-chunks statement leaves the chunk and version columns for the observation's.
+_OBSERVATION_AT = 4 + len(_VERSION_COLUMNS)
 
 
 def _described(stmt: Select) -> Select:
@@ -309,14 +306,19 @@ def _own_acl_allows(object_id: ColumnElement[str]) -> ColumnElement[bool]:
     )
 
 
+def _observation_columns(obj, source) -> tuple[ColumnElement, ...]:
+    """What `_observed` reads after the version id, from an object table and its source's."""
+    return (
+        obj.c.id, source.c.name, source.c.kind, obj.c.external_id, obj.c.uri, obj.c.title, obj.c.acl_known,
+        _own_acl_allows(obj.c.id),
+    )
+
+
 @functools.cache
 def _active_observations_statement() -> Select:
     """The active observations of :version_ids, each with "its own ACL allows :principals"."""
     return (
-        select(
-            SourceObservation.version_id, SourceObject.id, Source.name, Source.kind, SourceObject.external_id,
-            SourceObject.uri, SourceObject.title, SourceObject.acl_known, _own_acl_allows(SourceObject.id),
-        )
+        select(SourceObservation.version_id, *_observation_columns(SourceObject.__table__, Source.__table__))
         .join(SourceObject, SourceObject.id == SourceObservation.source_object_id)
         .join(Source, Source.id == SourceObject.source_id)
         .where(
