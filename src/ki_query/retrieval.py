@@ -146,11 +146,30 @@ class RetrievalService:
         filters = check_filters(request.filters)
         principals = _as_list(principals)
         clock = StepClock(self.settings.retrieval.query_budget_seconds)
+        recent = self.access.recent_scope(principals, project_id=filters.project_id)
+        if recent is not None:
+            try:
+                return self._searched(request, filters, recent, principals, clock, stale_raises=True)
+            except StaleScope:
+                pass
         scope = self.access.compile_scope(principals, project_id=filters.project_id)
+        return self._searched(request, filters, scope, principals, clock, stale_raises=False)
+
+    def _searched(
+        self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, principals: list[str],
+        clock: StepClock, *, stale_raises: bool,
+    ) -> SearchResponse:
+        """Steps 2-8 over this scope. With `stale_raises` the scope was taken from the cache unchecked
+        (AccessService.recent_scope, no round trip): when the verification statement's generation shows
+        an access change since, StaleScope is raised before anything is answered, and the search runs
+        again on a scope compiled for the current generation, so newly granted documents are not
+        missing from the legs and revoked ones never reach verification's viewer."""
         clock.lap("scope")
         candidates = self._ranked_candidates(request, filters, scope, clock)
         with self._session() as session:
-            viewer, ranked, verified, texts = self._verified_ranking(session, scope, principals, request, candidates, clock)
+            viewer, ranked, verified, texts = self._verified_ranking(
+                session, scope, principals, request, candidates, clock, stale_raises
+            )
             page = ranked[request.offset : request.window]
             explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
         hits = tuple(
@@ -188,7 +207,7 @@ class RetrievalService:
 
     def _verified_ranking(
         self, session: Session, scope: CompiledAccessScope, principals: list[str], request: SearchRequest,
-        candidates: Sequence[Candidate], clock: StepClock,
+        candidates: Sequence[Candidate], clock: StepClock, stale_raises: bool,
     ) -> tuple[Viewer, list[Candidate], dict[int, VerifiedChunk], dict[int, str]]:
         """Steps 6-7: SQL re-verification with citations, collapse, rerank of the prefix.
 
@@ -207,7 +226,7 @@ class RetrievalService:
         while end < len(candidates) and len(ranked) < wanted:
             start, end = end, prefix_covering(candidates, documents, end)
             if viewer is None:
-                viewer, checked = self._verified_first(session, scope, principals, candidates[start:end])
+                viewer, checked = self._verified_first(session, scope, principals, candidates[start:end], stale_raises)
             else:
                 checked = verify_candidates(session, viewer, candidates[start:end])
             verified |= checked
@@ -223,17 +242,21 @@ class RetrievalService:
         if self._rerank_on:
             ranked = self._rerank(request.query, ranked, verified, texts)
             clock.lap("rerank")
-        return viewer or self._viewer(session, scope, principals), ranked, verified, texts
+        return viewer or self._viewer(session, scope, principals, stale_raises), ranked, verified, texts
 
     def _verified_first(
-        self, session: Session, scope: CompiledAccessScope, principals: list[str], batch: Sequence[Candidate]
+        self, session: Session, scope: CompiledAccessScope, principals: list[str], batch: Sequence[Candidate],
+        stale_raises: bool,
     ) -> tuple[Viewer, dict[int, VerifiedChunk]]:
         """The first batch verified with the scope's expanded principals when the same statement shows no
-        access change since the scope was compiled; else verified again with them expanded anew."""
+        access change since the scope was compiled; else StaleScope (`stale_raises`) or the batch verified
+        again with the principals expanded anew."""
         first = verify_batch(session, scope.viewer, batch)
         generation = first.generation if first.generation is not None else current_access_generation(session)
         if generation == scope.generation:
             return scope.viewer, first.verified
+        if stale_raises:
+            raise StaleScope(scope.generation, generation)
         viewer = viewer_for(session, principals, self.settings)
         return viewer, verify_candidates(session, viewer, batch)
 
@@ -402,10 +425,16 @@ class RetrievalService:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _viewer(self, session: Session, scope: CompiledAccessScope, principals: list[str]) -> Viewer:
-        """The scope's expanded principals while no access change happened since; else expanded anew."""
-        if current_access_generation(session) == scope.generation:
+    def _viewer(
+        self, session: Session, scope: CompiledAccessScope, principals: list[str], stale_raises: bool = False
+    ) -> Viewer:
+        """The scope's expanded principals while no access change happened since; else StaleScope
+        (`stale_raises`) or the principals expanded anew."""
+        generation = current_access_generation(session)
+        if generation == scope.generation:
             return scope.viewer
+        if stale_raises:
+            raise StaleScope(scope.generation, generation)
         return viewer_for(session, principals, self.settings)
 
     @contextmanager
@@ -432,6 +461,13 @@ class RetrievalService:
         for closer in reversed(self._closers):
             closer()
         self._closers.clear()
+
+
+class StaleScope(Exception):
+    """An unchecked cached scope turned out older than the access generation SQL reads now."""
+
+    def __init__(self, scope_generation: int, generation: int) -> None:
+        super().__init__(f"scope of access generation {scope_generation}, SQL is at {generation}")
 
 
 def _as_list(principals: Iterable[str]) -> list[str]:

@@ -595,10 +595,12 @@ def _scope_from_tallies(empty: CompiledAccessScope, tallies: Tallies) -> Compile
 
 
 class ScopeCache:
-    """Compiled scopes by (generation, caller, project filter, acl mode); thread-safe LRU.
+    """The latest compiled scope per (caller, project filter, acl mode); thread-safe LRU.
 
-    The generation is read from SQL on every compile, so an entry is never
-    served after any access change has committed.
+    compile_scope reads the generation from SQL and serves an entry only when it is that
+    generation's. recent_scope serves the entry whatever its generation: the ranked search
+    uses it for the index filter and learns the generation from its verification statement
+    (retrieval.StaleScope), so no answer is ever built from a scope older than its SQL check.
     """
 
     def __init__(self, size: int = SCOPE_CACHE_SIZE) -> None:
@@ -614,8 +616,11 @@ class ScopeCache:
             return scope
 
     def put(self, key: tuple, scope: CompiledAccessScope) -> None:
+        """Keep `scope` unless the entry is of a later generation (a slower compile finishing last)."""
         with self._lock:
-            self._entries[key] = scope
+            held = self._entries.get(key)
+            if held is None or held.generation <= scope.generation:
+                self._entries[key] = scope
             self._entries.move_to_end(key)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
@@ -649,17 +654,27 @@ class AccessService:
 
     def compile_scope(self, principals: Iterable[str], project_id: str | None = None) -> CompiledAccessScope:
         """The caller's scope, from the cache when no access change happened since it was compiled."""
-        canonical = canonical_principals(principals, self.settings)
+        key = self._key(principals, project_id)
         with self._reading() as session:
             generation = current_access_generation(session)
-            key = (generation, tuple(sorted(canonical)), project_id, self.settings.security.source_acl_mode)
             cached = self._cache.get(key)
-            if cached is not None:
+            if cached is not None and cached.generation == generation:
                 return cached
+            canonical = key[0]
             viewer = viewer_of(frozenset(expand_groups(session, canonical, principal_aliases(self.settings))), self.settings)
             scope = compile_for_viewer(session, viewer, project_id, generation)
         self._cache.put(key, scope)
         return scope
+
+    def recent_scope(self, principals: Iterable[str], project_id: str | None = None) -> CompiledAccessScope | None:
+        """The caller's last compiled scope without reading SQL, possibly of an older generation
+        (None: none cached). Only for a caller that compares the generation its own SQL reads
+        with the scope's before it answers, as the ranked search does."""
+        return self._cache.get(self._key(principals, project_id))
+
+    def _key(self, principals: Iterable[str], project_id: str | None) -> tuple:
+        canonical = tuple(sorted(canonical_principals(principals, self.settings)))
+        return (canonical, project_id, self.settings.security.source_acl_mode)
 
     def visible_versions(self, principals: Iterable[str], version_ids: Iterable[str]) -> set[str]:
         """Re-verification of search hits: one query for the whole candidate list."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, update
 
-from ki_core.grants import bump_access_generation, replace_group_members
+from ki_core.grants import GrantTarget, bump_access_generation, grant, replace_group_members, revoke
+from ki_core.models import GrantEffect
 from ki_core.llm import ChatGateway, GatewayError
 from ki_core.models import ObservationState, SourceObservation
 from ki_core.search.index import IndexOp
@@ -212,6 +213,39 @@ def test_a_membership_removed_after_the_scope_was_compiled_hides_the_hits(fresh_
     with fresh_world.ctx.sessions() as session, session.begin():
         replace_group_members(session, fresh_world.source_id, GROUP, [], settings=fresh_world.ctx.settings)
     assert service.search(query, [MEMBER]).hits == ()
+
+
+def test_a_caller_added_to_the_group_after_their_empty_scope_was_cached_finds_the_project_next_time(
+    fresh_world: FolderWorld,
+) -> None:
+    """The ranked search takes the cached scope unchecked; with no candidate to verify it still reads the
+    generation, sees the change, and runs again on a scope compiled for it."""
+    service, index, _ = fresh_world.service()
+    query = SearchRequest(query="Mietvertrag über Gewerberäume Vertragsnummer", limit=10)
+    assert service.search(query, ["bob"]).hits == ()
+    with fresh_world.ctx.sessions() as session, session.begin():
+        replace_group_members(session, fresh_world.source_id, GROUP, [MEMBER, "bob"], settings=fresh_world.ctx.settings)
+    index.requests.clear()
+    hits = service.search(query, ["bob"]).hits
+    assert {h.citation.document.key for h in hits} >= {"mietvertrag"}
+    assert [r.scope.match_none for r in index.requests] == [True, False]  # the cached scope, then the new one
+
+
+def test_a_document_allowed_after_the_scope_was_cached_is_found_by_the_very_next_search(fresh_world: FolderWorld) -> None:
+    """The cached filter excludes the denied document; verification's generation differs, so the search runs
+    again on a fresh scope instead of answering from legs that could not have found it."""
+    contract = fresh_world.documents["mietvertrag"]
+    with fresh_world.ctx.sessions() as session, session.begin():
+        grant(session, GrantTarget.document(contract.id), MEMBER, effect=GrantEffect.DENY, settings=fresh_world.ctx.settings)
+    service, index, _ = fresh_world.service()
+    query = SearchRequest(query="Mietvertrag über Gewerberäume Vertragsnummer", limit=10)
+    assert "mietvertrag" not in keys(service.search(query, [MEMBER]))
+    with fresh_world.ctx.sessions() as session, session.begin():
+        revoke(session, GrantTarget.document(contract.id), MEMBER, effect=GrantEffect.DENY, settings=fresh_world.ctx.settings)
+    index.requests.clear()
+    assert "mietvertrag" in keys(service.search(query, [MEMBER]))
+    stale, fresh = (r.scope for r in index.requests)
+    assert not stale.admits(fresh_world.project_id, contract.id) and fresh.admits(fresh_world.project_id, contract.id)
 
 
 def test_reverification_drops_index_rows_that_disagree_with_sql(fresh_world: FolderWorld) -> None:

@@ -298,8 +298,7 @@ class ChunkTable:
         LegHit is built only for a row that is read (fusion reads a few hundred of 7,500)."""
         slots = np.asarray(slots, dtype=np.int64)
         scores = np.fromiter(scores, dtype=np.float64, count=len(slots))
-        labels = np.empty(len(self.vocab["version_status"].values), dtype=object)
-        labels[:] = self.vocab["version_status"].values
+        labels = np.array(self.vocab["version_status"].values, dtype=str)
         statuses = labels[self.codes["version_status"][slots]]
 
         def row(position: int) -> LegHit:

@@ -249,7 +249,8 @@ class LegHits(RowSequence[LegHit]):
     ) -> None:
         self.chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
         self.scores = np.asarray(scores, dtype=np.float64)
-        self.statuses = np.asarray(statuses, dtype=object)
+        # Fixed-width text, not objects: fusion compares the column with each boosted status in C.
+        self.statuses = np.asarray(statuses, dtype=str)
         self._row = row
 
     @classmethod
@@ -261,7 +262,7 @@ class LegHits(RowSequence[LegHit]):
         return cls(
             np.fromiter((h.chunk_id for h in built), dtype=np.int64, count=len(built)),
             np.fromiter((h.score for h in built), dtype=np.float64, count=len(built)),
-            np.array([h.version_status for h in built], dtype=object),
+            np.array([h.version_status for h in built], dtype=str),
             built.__getitem__,
         )
 
