@@ -12,12 +12,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.config import Settings
 
+# Negative cache_size counts KiB; SQLite allocates the pages only as it reads them.
+SQLITE_CACHE_KIB = 64 * 1024
+
 
 def make_engine(url: str, *, echo: bool = False, pool_size: int = 5, pre_ping: bool = True) -> Engine:
     """An engine with the per-dialect settings we rely on.
 
     SQLite gets foreign keys on (cascades and RESTRICT are part of the model),
-    WAL so readers do not block the single writer, and a busy timeout.
+    WAL so readers do not block the single writer, a busy timeout, and a page
+    cache of up to 64 MB per connection instead of 2 MB: re-verification reads
+    a few pages of eight tables per hit, different pages every search, and at
+    2 MB most of them came through a read() from the OS each time (peer-bench
+    store, 112 MB: verify step 3.6 -> 3.2 ms per search, interleaved A/B).
     PostgreSQL pings a pooled connection before use unless `pre_ping` is off
     (the ingress: it retries a dropped connection itself rather than pay a
     round trip per event).
@@ -37,6 +44,7 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
     cursor.close()
 
 

@@ -117,23 +117,28 @@ def verify_batch(session: Session, viewer: Viewer, candidates: Iterable[Candidat
     statement = _visible_chunks_statement(viewer.is_admin, viewer.acl_mode)
     parameters = {"chunk_ids": wanted, "principals": viewer.principals}
     chunks: dict[int, tuple[str | None, _Described] | None] = {}
+    # Chunks of one version repeat its columns and observations: each is described once.
+    described: dict[str, _Described] = {}
     observed: dict[str, dict[str, _Observed]] = defaultdict(dict)
     generation = None
     for row in session.connection().execute(statement, parameters):
         chunk_id, chunk_version, chunk_document, locus = row[:4]
         generation = row[-1]
         if chunk_id not in chunks:
-            facts = _Described(*row[4:_OBSERVATION_AT])
-            agrees = _agrees(wanted[chunk_id], chunk_version, chunk_document, facts)
-            chunks[chunk_id] = (locus, facts) if agrees else None
-        if chunks[chunk_id] is not None:
-            item = _observed(chunk_version, *row[_OBSERVATION_AT:-1])
-            observed[chunk_version][item.source.source_object_id] = item
-    sources = {version_id: _citable(viewer, list(items.values())) for version_id, items in observed.items()}
+            description = described.get(chunk_version)
+            if description is None:
+                description = described[chunk_version] = _Described(*row[4:_OBSERVATION_AT])
+            agrees = _agrees(wanted[chunk_id], chunk_version, chunk_document, description)
+            chunks[chunk_id] = (locus, description) if agrees else None
+        object_id = row[_OBSERVATION_AT]
+        if chunks[chunk_id] is not None and object_id not in observed[chunk_version]:
+            observed[chunk_version][object_id] = _observed(chunk_version, *row[_OBSERVATION_AT:-1])
+    cited = {version_id: _citable(viewer, list(items.values())) for version_id, items in observed.items()}
+    facts = {version_id: described[version_id].with_sources(*sources) for version_id, sources in cited.items() if sources}
     verified = {
-        chunk_id: VerifiedChunk(chunk_id=chunk_id, locus=entry[0], facts=entry[1].with_sources(*sources[entry[1].version.id]))
+        chunk_id: VerifiedChunk(chunk_id=chunk_id, locus=entry[0], facts=facts[entry[1].version.id])
         for chunk_id, entry in chunks.items()
-        if entry is not None and sources.get(entry[1].version.id) is not None
+        if entry is not None and entry[1].version.id in facts
     }
     return Verification(verified, None if generation is None else int(generation))
 
