@@ -293,11 +293,11 @@ class ChunkTable:
             self._by_chunk_id = (self.chunk_id[live][order], live[order].astype(np.int64))
         return self._by_chunk_id
 
-    def leg_hits(self, slots: np.ndarray, scores: Iterable[float]) -> LegHits:
+    def leg_hits(self, slots: np.ndarray, scores: np.ndarray) -> LegHits:
         """Ranked hits for these slots: ids, scores and statuses gathered in one numpy pass; a
         LegHit is built only for a row that is read (fusion reads a few hundred of 7,500)."""
         slots = np.asarray(slots, dtype=np.int64)
-        scores = np.fromiter(scores, dtype=np.float64, count=len(slots))
+        scores = np.asarray(scores, dtype=np.float64)
         labels = np.array(self.vocab["version_status"].values, dtype=str)
         statuses = labels[self.codes["version_status"][slots]]
 

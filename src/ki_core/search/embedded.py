@@ -476,7 +476,7 @@ class EmbeddedIndex:
         if problem:
             raise SearchBackendError(f"the semantic leg cannot run: query {problem}")
         slots, scores = self.vectors.nearest(units[0], admitted.mask, admitted.count, request.size)
-        return self.table.leg_hits(slots, scores.tolist())
+        return self.table.leg_hits(slots, scores)
 
     def _text_leg(self, leg_field: str, request: MultiSearchRequest, admitted: Admitted) -> LegHits:
         if request.scope.term_count > LARGE_SCOPE_TERMS:
@@ -486,7 +486,7 @@ class EmbeddedIndex:
         strict = self.text.strict_filter(request.scope, request.filters, self.table.project_ids())
         ranked = self.text.ranked(leg_field, request.query_text, strict, request.size, request.identifier_terms)
         slots, scores = self._admitted_hits(ranked, admitted)
-        return self.table.leg_hits(slots, scores.tolist())
+        return self.table.leg_hits(slots, scores)
 
     def _post_filtered_text_leg(
         self, leg_field: str, request: MultiSearchRequest, admitted: Admitted
@@ -512,7 +512,7 @@ class EmbeddedIndex:
         slots, scores = self._admitted_hits(ranked, admitted)
         if len(slots) < request.size and len(ranked.chunk_ids) == window:
             return None
-        return self.table.leg_hits(slots[: request.size], scores[: request.size].tolist())
+        return self.table.leg_hits(slots[: request.size], scores[: request.size])
 
     def _admitted_hits(self, ranked: RankedChunks, admitted: Admitted) -> tuple[np.ndarray, np.ndarray]:
         """(slots, scores) of the ranked hits that are the chunk the table holds (same stamp) and

@@ -28,7 +28,7 @@ from ki_core.search.types import (
     SearchBackendError,
     SearchFilters,
 )
-from ki_core.search.vector_index import DENSE_FRACTION
+from ki_core.search.vector_index import DENSE_FRACTION, best_first
 from tests.ki_core.search.conftest import DIMS, EVERYTHING, FIXTURE_CHUNKS, admitted_ids, unit_vector, write_fixture
 from tests.ki_core.search.test_contract import BROAD_QUERY, BY_ID, filter_sets, ids, scopes, search
 
@@ -324,6 +324,17 @@ def test_semantic_leg_is_the_exact_top_k_inside_the_filter(
     ).hits(Leg.SEMANTIC)
     assert [hit.score for hit in hits] == pytest.approx(expected, abs=1e-5)
     assert all(cosines[hit.chunk_id] == pytest.approx(hit.score, abs=1e-5) for hit in hits)
+
+
+def test_the_split_scan_merge_orders_by_score_then_slot_like_a_lexsort() -> None:
+    """Duplicate texts embed to equal vectors, so equal scores are common: they must come out by slot."""
+    rng = np.random.default_rng(17)
+    scores = rng.choice(np.linspace(-0.4, 0.9, 300), 5_000).astype(np.float32)  # many ties, negatives too
+    slots = rng.permutation(60_000)[:5_000].astype(np.int64)
+    for k in (1, 37, 2_500, 5_000, 6_000):
+        expected = np.lexsort((slots, -scores))[:k]
+        assert best_first(slots, scores, k).tolist() == expected.tolist()
+    assert best_first(slots, scores, 0).tolist() == []
 
 
 def test_identifier_tokens_keep_case_numbers_and_paragraph_letters_whole() -> None:
