@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ki_core.search.types import Leg, LegHit
 from ki_query.fusion import (
+    ORDERED_HEAD,
     RERANK_PREFIX,
     Candidate,
     collapse,
@@ -75,6 +78,17 @@ def test_rrf_matches_the_formula_for_any_legs(legs: dict[Leg, list[int]], k: int
             expected[chunk_id] = expected.get(chunk_id, 0.0) + WEIGHTS[leg.value] / (k + rank)
     assert {c.chunk_id: c.fused for c in fused} == pytest.approx(expected)
     assert [c.fused for c in fused] == sorted((c.fused for c in fused), reverse=True)
+
+
+def test_the_fused_order_past_the_ordered_head_and_across_its_ties_is_the_full_order() -> None:
+    """A leg of weight 0 gives 300 candidates the same score, and the ordered head ends inside them:
+    every position, read in any order, is the one a full sort by (-score, chunk id) gives."""
+    scored = [hit(c) for c in range(1_000, 1_000 + ORDERED_HEAD - 56)]
+    tied = [hit(c) for c in random.Random(7).sample(range(1_000), 300)]
+    fused = fuse({Leg.LEXICAL: scored, Leg.SEMANTIC: tied}, {"lexical": 1.0, "semantic": 0.0}, 60)
+    expected = [h.chunk_id for h in scored] + sorted(h.chunk_id for h in tied)
+    positions = [*range(ORDERED_HEAD - 3, ORDERED_HEAD + 3), len(expected) - 1, 0, *range(len(expected))]
+    assert {p: fused[p].chunk_id for p in positions} == {p: expected[p] for p in positions}
 
 
 def test_a_rank_constant_below_one_is_refused_rather_than_dividing_by_zero() -> None:
