@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.acl import Viewer, expand_principal_paths, paths_by_stored_name, principal_aliases, viewer_for
 from ki_core.config import Settings
+from ki_core.db import end_read
 from ki_core.embedding import Embedder
 from ki_core.grants import current_access_generation
 from ki_core.llm import ChatGateway
@@ -448,8 +449,10 @@ class RetrievalService:
         with self._sessions() as session:
             try:
                 yield session
-            finally:
+            except BaseException:
                 session.rollback()
+                raise
+            end_read(session)
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:

@@ -59,6 +59,7 @@ from ki_core.acl import (
     visible_versions,
 )
 from ki_core.config import Settings, get_settings
+from ki_core.db import end_read
 from ki_core.grants import current_access_generation
 from ki_core.models import (
     DocumentAccessSummary,
@@ -705,5 +706,7 @@ class AccessService:
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             try:
                 yield session
-            finally:
+            except BaseException:
                 session.rollback()
+                raise
+            end_read(session)

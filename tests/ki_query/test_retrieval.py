@@ -8,7 +8,7 @@ no grant; role:admin is an administrator.
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, select, text, update
 
 from ki_core.grants import GrantTarget, bump_access_generation, grant, replace_group_members, revoke
 from ki_core.models import GrantEffect
@@ -246,6 +246,30 @@ def test_a_document_allowed_after_the_scope_was_cached_is_found_by_the_very_next
     assert "mietvertrag" in keys(service.search(query, [MEMBER]))
     stale, fresh = (r.scope for r in index.requests)
     assert not stale.admits(fresh_world.project_id, contract.id) and fresh.admits(fresh_world.project_id, contract.id)
+
+
+def test_searches_end_their_reads_with_commit_so_postgresql_keeps_the_prepared_verification(
+    folder_world: FolderWorld,
+) -> None:
+    """psycopg prepares a statement after five runs on a connection and forgets all of them on ROLLBACK:
+    with reads that rolled back, PostgreSQL planned the verification statement on every search."""
+    service, _, _ = folder_world.service()
+    engine = folder_world.ctx.engine
+    ended: list[str] = []
+    listeners = {name: (lambda _conn, name=name: ended.append(name)) for name in ("commit", "rollback")}
+    for name, listener in listeners.items():
+        event.listen(engine, name, listener)
+    try:
+        for query in ["Mietvertrag", "Heizung", "Haftung", "Kaution", "Schreiben", "Vertrag", "Miete", "Anlage"]:
+            assert service.search(SearchRequest(query=query), [MEMBER]).hits
+    finally:
+        for name, listener in listeners.items():
+            event.remove(engine, name, listener)
+    assert "rollback" not in ended and ended.count("commit") >= 8
+    if engine.dialect.name == "postgresql":
+        with folder_world.ctx.sessions() as session:
+            prepared = session.scalars(text("SELECT statement FROM pg_prepared_statements")).all()
+        assert any("cited_observation" in statement for statement in prepared)
 
 
 def test_reverification_drops_index_rows_that_disagree_with_sql(fresh_world: FolderWorld) -> None:
