@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -70,6 +70,18 @@ def end_read(session: Session) -> None:
         session.rollback()
     else:
         session.commit()
+
+
+@contextmanager
+def read_transaction(factory: Callable[[], Session]) -> Iterator[Session]:
+    """A session for reads: rolled back on an exception, else ended by `end_read`."""
+    with factory() as session:
+        try:
+            yield session
+        except BaseException:
+            session.rollback()
+            raise
+        end_read(session)
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.acl import Viewer, expand_principal_paths, paths_by_stored_name, principal_aliases, viewer_for
 from ki_core.config import Settings
-from ki_core.db import end_read
+from ki_core.db import read_transaction
 from ki_core.embedding import Embedder
 from ki_core.grants import current_access_generation
 from ki_core.llm import ChatGateway
@@ -257,12 +257,9 @@ class RetrievalService:
         again with the principals expanded anew."""
         first = verify_batch(session, scope.viewer, batch)
         generation = first.generation if first.generation is not None else current_access_generation(session)
-        if generation == scope.generation:
-            return scope.viewer, first.verified
-        if stale_raises:
-            raise StaleScope(scope.generation, generation)
-        viewer = viewer_for(session, principals, self.settings)
-        return viewer, verify_candidates(session, viewer, batch)
+        viewer = self._viewer_at(session, generation, scope, principals, stale_raises)
+        # The batch was verified in the current snapshot already: again only if the principals differ.
+        return viewer, first.verified if viewer == scope.viewer else verify_candidates(session, viewer, batch)
 
     def _fuse(self, legs, query: str) -> Sequence[Candidate]:
         retrieval = self.settings.retrieval
@@ -434,7 +431,12 @@ class RetrievalService:
     ) -> Viewer:
         """The scope's expanded principals while no access change happened since; else StaleScope
         (`stale_raises`) or the principals expanded anew."""
-        generation = current_access_generation(session)
+        return self._viewer_at(session, current_access_generation(session), scope, principals, stale_raises)
+
+    def _viewer_at(
+        self, session: Session, generation: int, scope: CompiledAccessScope, principals: list[str], stale_raises: bool
+    ) -> Viewer:
+        """The viewer for SQL at `generation`: the scope's own if it was compiled there."""
         if generation == scope.generation:
             return scope.viewer
         if stale_raises:
@@ -446,13 +448,8 @@ class RetrievalService:
         if isinstance(self._sessions, Session):
             yield self._sessions
             return
-        with self._sessions() as session:
-            try:
-                yield session
-            except BaseException:
-                session.rollback()
-                raise
-            end_read(session)
+        with read_transaction(self._sessions) as session:
+            yield session
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:

@@ -59,7 +59,7 @@ from ki_core.acl import (
     visible_versions,
 )
 from ki_core.config import Settings, get_settings
-from ki_core.db import end_read
+from ki_core.db import read_transaction
 from ki_core.grants import current_access_generation
 from ki_core.models import (
     DocumentAccessSummary,
@@ -708,13 +708,8 @@ class AccessService:
         if isinstance(self._sessions, Session):
             yield self._sessions
             return
-        with self._sessions() as session:
+        with read_transaction(self._sessions) as session:
             if session.get_bind().dialect.name == "postgresql":
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
                 _set_locally(session, _COMPILE_PLANNER_SETTINGS)
-            try:
-                yield session
-            except BaseException:
-                session.rollback()
-                raise
-            end_read(session)
+            yield session
