@@ -301,6 +301,8 @@ class UseMultilingualEmbedder(LocalModelEmbedder):
 # ------------------------------------------------------------------ hashing
 
 _WORD = re.compile(r"\w+")
+# Distinct words whose feature slots a hashing embedder keeps (a few hundred bytes each).
+WORD_CACHE_SIZE = 200_000
 
 
 def hashed_features(text: str) -> list[str]:
@@ -313,11 +315,12 @@ def _word_features(word: str) -> list[str]:
     return ["w:" + word, *("c:" + padded[i : i + 3] for i in range(len(padded) - 2))]
 
 
-@lru_cache(maxsize=200_000)
-def _word_codes(word: str) -> np.ndarray:
-    """The 64-bit feature hashes of one word: words repeat, so each is hashed once (same values
-    as hashing every feature each time; a blake2b per feature was most of an ingest's CPU)."""
-    return np.array([_feature_code(f) for f in _word_features(word)], dtype=np.uint64)
+def _word_slots(word: str, dimensions: int) -> np.ndarray:
+    """Where one word's features land: bucket `b` for a minus sign, `dimensions + b` for a plus
+    (one signed slot per feature lets a text's vector be a single bincount)."""
+    codes = np.array([_feature_code(f) for f in _word_features(word)], dtype=np.uint64)
+    buckets = (codes % np.uint64(dimensions)).astype(np.intp)
+    return buckets + np.where(codes >> np.uint64(63), dimensions, 0)
 
 
 @lru_cache(maxsize=200_000)
@@ -337,6 +340,8 @@ class HashingEmbedder:
     def __init__(self, *, dimensions: int = 384, model: str = "hashing"):
         self.dimensions = dimensions
         self.model = model
+        # Words repeat, so each is hashed once (a blake2b per feature was most of an ingest's CPU).
+        self._slots: dict[str, np.ndarray] = {}
 
     @property
     def signature(self) -> str:
@@ -358,10 +363,16 @@ class HashingEmbedder:
         words = _WORD.findall(text.lower())
         if not words:
             return
-        codes = np.concatenate([_word_codes(word) for word in words])
-        buckets = (codes % np.uint64(self.dimensions)).astype(np.intp)
-        signs = np.where(codes >> np.uint64(63), 1.0, -1.0).astype(np.float32)
-        np.add.at(row, buckets, signs)
+        known = self._slots
+        if len(known) > WORD_CACHE_SIZE:
+            known.clear()
+        slots = np.concatenate([known.get(word) if word in known else self._remember(word) for word in words])
+        counts = np.bincount(slots, minlength=2 * self.dimensions)
+        row += counts[self.dimensions :] - counts[: self.dimensions]
+
+    def _remember(self, word: str) -> np.ndarray:
+        slots = self._slots[word] = _word_slots(word, self.dimensions)
+        return slots
 
 
 # ------------------------------------------------------------------ gateway

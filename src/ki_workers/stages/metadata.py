@@ -173,8 +173,17 @@ _CONTRACT_BODY = re.compile(r"\bzwischen\b.{0,600}\bund\b.{0,600}\b(vertrag|vere
 
 
 def head_lines(text: str, count: int = HEAD_LINES) -> list[str]:
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    return lines[:count]
+    """The first `count` non-blank lines, stripped; reads no further than they reach."""
+    lines: list[str] = []
+    start = 0
+    while len(lines) < count and start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end].strip()
+        if line:
+            lines.append(line)
+        start = end + 1
+    return lines
 
 
 def classify_doc_type(text: str, title: str | None = None) -> str | None:
@@ -345,7 +354,7 @@ def _place_date(text: str) -> date | None:
     """The latest place-and-date line: a contract is concluded with its last signature."""
     found = []
     for cell in _cells(text):
-        match = _PLACE_DATE.match(cell)
+        match = _PLACE_DATE.match(cell) if "," in cell else None
         if match and not _COURT_NAME.search(match.group("place")):
             found.append(_date_of(match))
     return max((day for day in found if day), default=None)
@@ -359,7 +368,7 @@ def _field_date(text: str) -> date | None:
 def _field_date_match(text: str) -> re.Match[str] | None:
     """The date of the first "Datum:", "Stand:", "Gesendet:" ... field, as the text writes it."""
     for cell in _cells(text):
-        field = _DATE_FIELD.match(cell)
+        field = _DATE_FIELD.match(cell) if ":" in cell else None
         date_match = _ANY_DATE.search(field.group("value")) if field else None
         if date_match and _date_of(date_match):
             return date_match
@@ -387,7 +396,9 @@ def _letterhead_date(text: str) -> date | None:
 
 def _cells(text: str) -> Iterator[str]:
     for line in text.split("\n"):
-        for cell in _CELL_GAP.split(line):
+        # Most lines have no column gap: the split is for those that may.
+        parts = _CELL_GAP.split(line) if "\t" in line or "  " in line or " | " in line or " / " in line else (line,)
+        for cell in parts:
             if cell.strip():
                 yield cell.strip()
 
