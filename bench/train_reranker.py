@@ -39,7 +39,7 @@ FOLDS = 5
 
 
 def candidate_lists(corpus: str, queries_path: Path, prefix: int) -> list[dict]:
-    """Per query: its feature matrix, the grades of its candidates, and the records in fused order."""
+    """Per query: what the reranker reads of its candidates, their grades, and the records in fused order."""
     settings = load_settings()
     engine = engine_from_settings(settings)
     registry = CorpusRegistry(settings, session_factory(engine), embedder_from_settings(settings))
@@ -57,7 +57,7 @@ def candidate_lists(corpus: str, queries_path: Path, prefix: int) -> list[dict]:
             retriever.count_citations(head)
             rows.append({
                 "query": query,
-                "matrix": feature_matrix([r.evidence for r in head]),
+                "evidence": [r.evidence for r in head],
                 "grades": np.array([query.relevant.get(r.hit["metadata"]["record_id"], 0) for r in head]),
                 "lookups": lookups,
                 "ranked": [r.hit for r in ranked],
@@ -119,6 +119,8 @@ def main() -> None:
                 for row in candidate_lists(corpus, queries, args.prefix)]
         if args.cache:
             args.cache.write_bytes(pickle.dumps(rows))
+    for row in rows:  # features from the cached evidence: a re-fit with new features needs no retrieval
+        row["matrix"] = feature_matrix(row["evidence"])
     report(rows, args.prefix, args.l2)
     model = LinearRanker.fit([(r["matrix"], r["grades"]) for r in rows], l2=args.l2, prefix=args.prefix,
                              trained_on=args.describe or f"corpora {', '.join(args.corpus)}, {len(rows)} queries")
