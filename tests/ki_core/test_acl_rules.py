@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from ki_core.acl import (
@@ -17,7 +17,7 @@ from ki_core.acl import (
     visible_versions,
 )
 from ki_core.config import Settings
-from ki_core.models import DocumentAccessSummary, DocumentVersion
+from ki_core.models import DocumentAccessSummary, DocumentVersion, SourceObject
 from tests.ki_core.access_world import World, dms_object, local_file, sees
 
 
@@ -281,3 +281,27 @@ def test_the_access_summary_follows_every_observation_change(world: World) -> No
     world.session.delete(world.objects["v.dms"])
     world.session.flush()
     assert flags() == (False, False)
+
+
+def test_one_statement_over_many_objects_refreshes_each_document_once_and_all_of_them(world: World) -> None:
+    """A folder mirrored from a DMS has its objects' ACLs turned known in bulk: one firing whose change names a document
+    twice (two objects observe its two versions) and documents in two projects. Every summary row
+    follows, none is written twice (ON CONFLICT would refuse that), and the firing locks each once."""
+    names = [f"d{n}" for n in range(12)]
+    for n, document in enumerate(names):
+        world.version(f"{document}.v1", document, project="p" if n % 2 else "q")
+        world.object(f"{document}.1", "files-a")
+        world.observe(f"{document}.v1", f"{document}.1")
+    world.version("d0.v2", "d0", project="q")
+    world.object("d0.2", "files-a")
+    world.observe("d0.v2", "d0.2")
+    world.session.expire_all()
+    assert all(row.local_delegation for row in world.session.scalars(select(DocumentAccessSummary)))
+    world.session.execute(
+        update(SourceObject).where(SourceObject.source_id == world.sources["files-a"].id).values(acl_known=True)
+    )
+    world.session.expire_all()
+    rows = {row.document_id: row for row in world.session.scalars(select(DocumentAccessSummary))}
+    assert {world.documents[d].id for d in names} <= set(rows)
+    assert not any(rows[world.documents[d].id].local_delegation for d in names)
+    assert all(rows[world.documents[d].id].has_active_observation for d in names)
