@@ -37,8 +37,13 @@ class WorkerContext:
     pending_since: float | None = None
     # Chunk drafts (stages.embed_index.VersionDrafts) waiting to be embedded and stored with that write.
     pending_drafts: list = field(default_factory=list)
-    # In-process batch work (a folder sync) watches a long file's chunks being embedded: (done, total).
-    embed_progress: Callable[[int, int], None] | None = None
+    # Versions waiting to be extracted in one transaction (stages.record_metadata.deferred_extractions),
+    # since when the oldest waits, and what takes their ids next; None when each is extracted at once.
+    pending_extractions: list[str] | None = None
+    extractions_since: float | None = None
+    extractions_hand_on: Callable[[list[str]], None] | None = None
+    # In-process batch work (a folder sync) watches a long version's chunks being embedded: (version id, done, total).
+    embed_progress: Callable[[str, int, int], None] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:

@@ -9,15 +9,19 @@ A single file is synced as part of its folder (`only`, see `file_in_folder`):
 the same source and object a sync of the whole folder uses, and no pruning,
 since the other files were not looked at.
 
-In-process, index writes are shared by a few files at a time and none waits
-more than a couple of seconds (stages.embed_index.deferred_index_writes), and
-the waiting ones are written before a large file starts, so what is done is
-searchable while the rest runs, and Ctrl-C loses only the file in progress.
+In-process, metadata is recorded for a batch of files in one transaction
+(stages.record_metadata.deferred_extractions), index writes are shared by a few
+files at a time (stages.embed_index.deferred_index_writes), neither waits more
+than a couple of seconds, and what waits is done before a large file starts,
+so what is done is searchable while the rest runs, and Ctrl-C loses only the
+file in progress. A long file's embedding progress is reported as that file's,
+even when it runs in a batch after the next file began (ChunkProgress).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -38,7 +42,12 @@ from ki_workers.context import WorkerContext
 from ki_workers.sources.local_fs import Manifest, ManifestEntry, document_key, iter_files, load_manifest
 from ki_workers.stages.embed_index import deferred_index_writes, flush_if_waiting
 from ki_workers.stages.ingest import IngestResult, ingest_bytes, retire_object
-from ki_workers.stages.record_metadata import link_project_references
+from ki_workers.stages.record_metadata import (
+    deferred_extractions,
+    extracting_at_once,
+    flush_extractions_if_waiting,
+    link_project_references,
+)
 from ki_workers.stages.rows import get_or_create_project, get_or_create_source
 
 MEGABYTE = 1024 * 1024
@@ -178,8 +187,15 @@ def sync_folder(
     files, excluded = folder_files(root, selection, only)
     summary = SyncSummary(excluded=len(excluded))
     seen: set[str] = set(excluded)
-    with deferred_index_writes(ctx):
-        _ingest_files(ctx, files, manifest, (source_id, project_id, matter), selection, summary, seen, on_file, on_chunks)
+    progress = ChunkProgress(on_chunks)
+    ctx.embed_progress = progress if on_chunks else None
+    try:
+        with deferred_index_writes(ctx), deferred_extractions(ctx, hand_on=_extract_batch):
+            for file in files:
+                _ingest_file(ctx, file, manifest, (source_id, project_id, matter), selection, summary, seen, on_file,
+                             progress)
+    finally:
+        ctx.embed_progress = None
     if ctx.settings.broker.eager:
         with ctx.sessions() as session, session.begin():
             link_project_references(session, project_id)
@@ -188,42 +204,69 @@ def sync_folder(
     return summary
 
 
-def _ingest_files(ctx, files, manifest, target, selection, summary, seen, on_file, on_chunks) -> None:
+class ChunkProgress:
+    """A long version's embedding progress, told as its file's: a batch embeds versions of files
+    ingested before the one in progress (stages.record_metadata.deferred_extractions)."""
+
+    def __init__(self, on_chunks: OnChunks | None):
+        self.on_chunks, self.current, self.files = on_chunks, "", {}
+
+    def ingested(self, relative: str, result: dict) -> None:
+        """The file's versions (a mail's attachments too) are this file's."""
+        for version_id in (result.get("version_id"), *(a["version_id"] for a in result.get("attachments", ()))):
+            if version_id:
+                self.files[version_id] = relative
+
+    def __call__(self, version_id: str, done: int, total: int) -> None:
+        if self.on_chunks:
+            self.on_chunks(self.files.get(version_id, self.current), done, total)
+
+
+def _extract_batch(version_ids: list[str]) -> None:
+    """Where deferred extractions go: one task for the batch (its retries are the task's)."""
+    from ki_workers import tasks
+
+    tasks.extract_metadata_many.delay(version_ids)
+
+
+def _ingest_file(ctx, file, manifest, target, selection, summary, seen, on_file, progress: ChunkProgress) -> None:
+    """One file through the ingest task (and, in-process, what waits for it: see the module docstring)."""
     from ki_workers import tasks
 
     source_id, project_id, matter = target
-    for file in files:
-        seen.add(file.relative)
-        summary.files += 1
-        reason = selection.too_large(file.size)
-        if reason is not None:
-            summary.skipped.append((file.relative, reason))
-            summary.count("skipped")
-            if on_file:
-                on_file(file.relative, {"outcome": "skipped", "reason": reason})
-            continue
-        flush_if_waiting(ctx, before_long_work=file.size >= selection.large_bytes)
-        entry = manifest.entry_for(file.relative).model_dump(mode="json")
-        ctx.embed_progress = (lambda done, total, name=file.relative: on_chunks(name, done, total)) if on_chunks else None
-        try:
+    seen.add(file.relative)
+    summary.files += 1
+    reason = selection.too_large(file.size)
+    if reason is not None:
+        summary.skipped.append((file.relative, reason))
+        summary.count("skipped")
+        if on_file:
+            on_file(file.relative, {"outcome": "skipped", "reason": reason})
+        return
+    large = file.size >= selection.large_bytes
+    flush_extractions_if_waiting(ctx, before_long_work=large)
+    flush_if_waiting(ctx, before_long_work=large)
+    entry = manifest.entry_for(file.relative).model_dump(mode="json")
+    progress.current = file.relative
+    try:
+        with extracting_at_once(ctx) if large else nullcontext():
             outcome = tasks.ingest.delay(source_id, file.relative, project_id, entry, matter)
             result = outcome.get() if ctx.settings.broker.eager else None
-        except OSError as exc:
-            result = {"outcome": "failed", "reason": str(exc)}
-        finally:
-            ctx.embed_progress = None
-        if result is not None:
-            summary.count(result["outcome"])
-            if result["outcome"] == "failed":
-                summary.errors.append((file.relative, result.get("reason") or "failed"))
-            summary.errors.extend(
-                (file.relative, attachment["reason"] or "attachment failed")
-                for attachment in result.get("attachments", ()) if attachment["outcome"] == "failed"
-            )
-        else:
-            summary.count("queued")
-        if on_file:
-            on_file(file.relative, result)
+    except OSError as exc:
+        result = {"outcome": "failed", "reason": str(exc)}
+    if result is not None:
+        progress.ingested(file.relative, result)
+        summary.count(result["outcome"])
+        if result["outcome"] == "failed":
+            summary.errors.append((file.relative, result.get("reason") or "failed"))
+        summary.errors.extend(
+            (file.relative, attachment["reason"] or "attachment failed")
+            for attachment in result.get("attachments", ()) if attachment["outcome"] == "failed"
+        )
+    else:
+        summary.count("queued")
+    if on_file:
+        on_file(file.relative, result)
 
 
 def prune_missing(ctx: WorkerContext, source_id: str, seen: set[str]) -> int:

@@ -68,23 +68,48 @@ def _left_unfinished(ctx, version_id: str) -> bool:
 
 @shared_task(name="ki.extract_metadata", **TASK_OPTIONS)
 def extract_metadata(version_id: str) -> str:
-    from ki_workers.stages.record_metadata import record_metadata
+    from ki_workers.stages.record_metadata import defer_extraction, record_metadata
 
     ctx = worker_context()
+    if defer_extraction(ctx, version_id):  # in-process batch work: recorded with others, then handed on
+        return version_id
     with ctx.sessions() as session, session.begin():
         record_metadata(session, version_id, ctx.extractor(), link_now=ctx.pending_versions is None)
     chunk_embed.delay(version_id)
     return version_id
 
 
-@shared_task(name="ki.chunk_embed", **TASK_OPTIONS)
-def chunk_embed(version_id: str) -> int:
-    from ki_workers.stages.embed_index import embed_version, index_versions
+@shared_task(name="ki.extract_metadata_many", **TASK_OPTIONS)
+def extract_metadata_many(version_ids: list[str]) -> list[str]:
+    """extract_metadata for a batch (a folder sync in-process), in one transaction."""
+    from ki_workers.stages.record_metadata import record_metadata_many
 
     ctx = worker_context()
-    result = embed_version(ctx, version_id)
-    index_versions(ctx, [version_id], extra_deletes=result.removed_chunk_ids)
-    return result.chunk_count
+    with ctx.sessions() as session, session.begin():
+        record_metadata_many(session, version_ids, ctx.extractor())
+    chunk_embed_many.delay(version_ids)
+    return version_ids
+
+
+@shared_task(name="ki.chunk_embed", **TASK_OPTIONS)
+def chunk_embed(version_id: str) -> int:
+    return _embed_and_index([version_id])
+
+
+@shared_task(name="ki.chunk_embed_many", **TASK_OPTIONS)
+def chunk_embed_many(version_ids: list[str]) -> int:
+    return _embed_and_index(version_ids)
+
+
+def _embed_and_index(version_ids: list[str]) -> int:
+    from ki_workers.stages.embed_index import embed_versions, index_versions
+
+    ctx = worker_context()
+    chunks = 0
+    for result in embed_versions(ctx, version_ids):  # each indexed as it is done (or waits for the shared write)
+        index_versions(ctx, [result.version_id], extra_deletes=result.removed_chunk_ids)
+        chunks += result.chunk_count
+    return chunks
 
 
 @shared_task(name="ki.reindex_access", **TASK_OPTIONS)

@@ -121,3 +121,39 @@ def test_ctrl_c_in_a_long_file_keeps_what_is_done_and_the_next_run_finishes_it(c
     assert again.outcomes == {"unchanged": 4}
     assert keys_of_indexed(ctx) == {*KEYS, "z-protokoll"}, "the second run resumed the interrupted file's later stages"
     assert len(index_document_ids(ctx)) == len(SMALL) + 1
+
+
+def test_a_long_file_embedded_with_a_later_batch_reports_its_progress_under_its_own_name(ctx, matter_folder: Path) -> None:
+    # Sorted first, below the large-file size: it waits for its metadata with the small files that follow it.
+    (matter_folder / "0-protokoll.txt").write_text(big_text(0.3), encoding="utf-8")
+    progress: list[str] = []
+
+    sync_folder(ctx, matter_folder, "mietsache", on_chunks=lambda relative, done, total: progress.append(relative))
+
+    assert progress and set(progress) == {"0-protokoll.txt"}, "not the name of the file ingested last"
+    assert keys_of_indexed(ctx) == {*KEYS, "0-protokoll"}
+
+
+def test_a_folder_records_its_files_metadata_in_a_batch_not_file_by_file(ctx, tmp_path: Path) -> None:
+    from sqlalchemy import event
+
+    folder = tmp_path / "vermerke"
+    folder.mkdir()
+    for n in range(12):
+        (folder / f"vermerk-{n:02d}.txt").write_text(f"Vermerk {n} zur Besprechung mit der Mandantin.", encoding="utf-8")
+    inserts: list[str] = []
+
+    def count(_conn, _cursor, statement, *_args) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO METADATA_ARTIFACTS"):
+            inserts.append(statement)
+
+    event.listen(ctx.engine, "before_cursor_execute", count)
+    try:
+        summary = sync_folder(ctx, folder, "vermerke")
+    finally:
+        event.remove(ctx.engine, "before_cursor_execute", count)
+
+    assert summary.outcomes == {"new": 12}
+    # The first lookup of the document type flushes what is pending before it; the rest goes at the end.
+    assert len(inserts) <= 2, "the artifacts of twelve files in one or two batched INSERTs, not one per file"
+    assert len(keys_of_indexed(ctx)) == 12

@@ -120,7 +120,7 @@ def test_a_processing_error_is_accepted_and_recorded_as_failed(client, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("the embedder fell over")
 
-    monkeypatch.setattr("ki_workers.stages.embed_index.embed_version", broken)
+    monkeypatch.setattr("ki_workers.stages.embed_index.embed_versions", broken)
     data = upserted("E-4")
     response = post(client, data)
     assert response.status_code == 202, response.text

@@ -49,7 +49,6 @@ from ki_workers.stages.chunking import (
     split_body,
     text_hash,
 )
-from ki_workers.stages.rows import version_and_document
 
 CLAUSE_STATUSES = (VersionStatus.FINAL, VersionStatus.EXECUTED)
 
@@ -173,28 +172,46 @@ DEFERRED_MAX_CHUNKS = 64
 
 
 def embed_version(ctx: WorkerContext, version_id: str) -> EmbedResult:
-    """Phase 1: chunk rows with their embeddings in SQL. Embeds outside any transaction.
+    """Phase 1 for one version (embed_versions)."""
+    return next(embed_versions(ctx, [version_id]))
+
+
+def embed_versions(ctx: WorkerContext, version_ids: list[str]) -> Iterator[EmbedResult]:
+    """Phase 1: chunk rows with their embeddings in SQL, a result per version in order, each as soon
+    as it is done (so an interrupt in a long one leaves those before it to be indexed). Embeds
+    outside any transaction; the versions' rows are read in one statement.
 
     Inside `deferred_index_writes(ctx)` a short version's drafts wait for the
     shared write (the index write that follows waits too); its removed chunk
     ids then go with that write, not into the result.
     """
     with ctx.sessions() as session:
-        drafted = draft_version(session, version_id, ctx.settings)
-    if drafted is None:
-        return EmbedResult(version_id, 0, ())
-    if ctx.pending_versions is not None and len(drafted.drafts) <= DEFERRED_MAX_CHUNKS:
-        ctx.pending_drafts.append(drafted)
-        return EmbedResult(version_id, len(drafted.drafts), ())
-    return store_embeddings(ctx, [drafted], ctx.embed_progress)[0]
+        drafted = draft_versions(session, version_ids, ctx.settings)
+    for version_id in version_ids:
+        item = drafted.get(version_id)
+        if item is None:
+            yield EmbedResult(version_id, 0, ())
+        elif ctx.pending_versions is not None and len(item.drafts) <= DEFERRED_MAX_CHUNKS:
+            ctx.pending_drafts.append(item)
+            yield EmbedResult(version_id, len(item.drafts), ())
+        else:
+            watcher = ctx.embed_progress
+            progress = (lambda done, total, of=version_id: watcher(of, done, total)) if watcher else None
+            yield from store_embeddings(ctx, [item], progress)
 
 
-def draft_version(session: Session, version_id: str, settings: Settings) -> VersionDrafts | None:
-    """The drafts of a version that has text and did not fail; None for any other."""
-    version, _ = version_and_document(session, version_id)  # draft_chunks finds the document loaded
-    if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
-        return None
-    return VersionDrafts(version_id, version.document_id, draft_chunks(session, version, settings))
+def draft_versions(session: Session, version_ids: list[str], settings: Settings) -> dict[str, VersionDrafts]:
+    """The drafts of those versions that have text and did not fail, by version id."""
+    rows = session.execute(  # draft_chunks finds each document loaded
+        select(DocumentVersion, Document)
+        .join(Document, Document.id == DocumentVersion.document_id)
+        .where(in_set(DocumentVersion.id, list(dict.fromkeys(version_ids))))
+    ).all()
+    return {
+        version.id: VersionDrafts(version.id, version.document_id, draft_chunks(session, version, settings))
+        for version, _ in rows
+        if version.text is not None and version.processing_state != ProcessingState.FAILED
+    }
 
 
 def store_embeddings(ctx: WorkerContext, drafted: list[VersionDrafts], progress=None) -> list[EmbedResult]:

@@ -7,6 +7,11 @@ MetadataArtifact so a later re-run or audit can see what the model said.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -20,8 +25,12 @@ from ki_core.models import (
     Relation,
     RelationKind,
 )
+from ki_core.acl import in_set
 from ki_workers.stages.rows import get_or_create_matter, version_and_document
 from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, is_generic_title
+
+if TYPE_CHECKING:
+    from ki_workers.context import WorkerContext
 
 # The document's own identifiers (its Aktenzeichen, its contract number) stand in its
 # title or its opening; identifiers further down are citations of other documents.
@@ -37,8 +46,114 @@ def record_metadata(
     pass after a batch (a folder sync), instead of one project scan per document.
     """
     version, document = version_and_document(session, version_id)
+    metadata = _record(session, version, document, extractor)
+    if metadata is None:
+        return None
+    session.flush()
+    if link_now:
+        link_references(session, document)
+    return metadata
+
+
+def record_metadata_many(session: Session, version_ids: list[str], extractor: MetadataExtractor) -> int:
+    """record_metadata for a batch, in one read and one flush; returns how many had text to extract.
+
+    For in-process batch work (a folder sync): one transaction, one SELECT and one
+    round of INSERTs and UPDATEs however many versions, instead of each. The
+    `references` edges are left to one link_project_references pass, as with link_now=False.
+    """
+    wanted = list(dict.fromkeys(version_ids))
+    rows = {
+        version.id: (version, document)
+        for version, document in session.execute(
+            select(DocumentVersion, Document)
+            .join(Document, Document.id == DocumentVersion.document_id)
+            .where(in_set(DocumentVersion.id, wanted))
+        )
+    }
+    # In the order given: two versions of one document apply to the one row, the later one last.
+    recorded = sum(_record(session, *rows[version_id], extractor) is not None for version_id in wanted if version_id in rows)
+    session.flush()
+    return recorded
+
+
+# Inside deferred_extractions, this many versions share one transaction, and none waits longer
+# than this before it is extracted (and handed on to be embedded and indexed).
+EXTRACTIONS_PER_BATCH = 64
+EXTRACTION_MAX_WAIT_SECONDS = 1.0
+
+
+@contextmanager
+def deferred_extractions(ctx: WorkerContext, hand_on: Callable[[list[str]], None]) -> Iterator[None]:
+    """Collect the versions to extract and hand them on a batch at a time (`hand_on`: the task
+    that records them with record_metadata_many, in one transaction).
+
+    For in-process batch work (a folder sync): per document, a transaction of its
+    own with its read and its flush cost about as much as the rules themselves.
+    The caller flushes between files (`flush_extractions_if_waiting`), never from
+    inside a task, so a batch runs where a file's progress watcher is not set.
+    Until its batch commits a version stays CONVERTED: a crash or Ctrl-C leaves
+    it for the next sync to resume (tasks._left_unfinished), never skipped.
+    """
+    ctx.pending_extractions, ctx.extractions_since, ctx.extractions_hand_on = [], None, hand_on
+    try:
+        yield
+    finally:
+        try:
+            flush_extractions(ctx)
+        finally:
+            ctx.pending_extractions, ctx.extractions_since, ctx.extractions_hand_on = None, None, None
+
+
+def defer_extraction(ctx: WorkerContext, version_id: str) -> bool:
+    """True when the version now waits for a batch; False outside deferred_extractions (extract it now)."""
+    if ctx.pending_extractions is None:
+        return False
+    ctx.pending_extractions.append(version_id)
+    if ctx.extractions_since is None:
+        ctx.extractions_since = time.monotonic()
+    return True
+
+
+def flush_extractions_if_waiting(ctx: WorkerContext, *, before_long_work: bool = False) -> None:
+    """Record the waiting batch when it is full, has waited long enough, or a large file is next."""
+    if not ctx.pending_extractions:
+        return
+    full = len(ctx.pending_extractions) >= EXTRACTIONS_PER_BATCH
+    waited = time.monotonic() - (ctx.extractions_since or 0.0) >= EXTRACTION_MAX_WAIT_SECONDS
+    if full or waited or before_long_work:
+        flush_extractions(ctx)
+
+
+def flush_extractions(ctx: WorkerContext) -> None:
+    """Hand every waiting version on, in one batch (to record_metadata_many, through its task)."""
+    version_ids, ctx.pending_extractions, ctx.extractions_since = ctx.pending_extractions or [], [], None
+    if version_ids:
+        ctx.extractions_hand_on(version_ids)
+
+
+@contextmanager
+def extracting_at_once(ctx: WorkerContext) -> Iterator[None]:
+    """Inside deferred_extractions, a stretch (a large file) whose versions are extracted at once:
+    its embedding then runs while its watcher sees it. What waits is recorded first."""
+    if ctx.pending_extractions is None:
+        yield
+        return
+    flush_extractions(ctx)
+    ctx.pending_extractions = None
+    try:
+        yield
+    finally:
+        ctx.pending_extractions = []
+
+
+def _record(
+    session: Session, version: DocumentVersion | None, document: Document | None, extractor: MetadataExtractor
+) -> DocumentMetadata | None:
+    """Extract, store the artifacts, apply; nothing for a version without text or that failed."""
     if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
         return None
+    version_id = version.id
     metadata = extractor.extract(version.text, title=document.title)
     clauses = [clause.model_dump(mode="json") for clause in metadata.notable_clauses]
     _store_artifacts(
@@ -51,9 +166,6 @@ def record_metadata(
     )
     _apply(session, document, version, metadata)
     version.processing_state = ProcessingState.EXTRACTED
-    session.flush()
-    if link_now:
-        link_references(session, document)
     return metadata
 
 
@@ -152,7 +264,7 @@ def _apply(session: Session, document: Document, version: DocumentVersion, metad
     """
     if not document.title or is_generic_title(document.title):
         document.title = metadata.title or document.title
-    if metadata.doc_type and session.get(OntologyNode, metadata.doc_type) is not None:
+    if metadata.doc_type and _known_node(session, metadata.doc_type):
         document.doc_type_id = document.doc_type_id or metadata.doc_type
     document.identifiers = _merged(metadata.identifiers, metadata.reference_numbers)
     version.doc_date = version.doc_date or metadata.doc_date
@@ -161,6 +273,13 @@ def _apply(session: Session, document: Document, version: DocumentVersion, metad
         project = session.get(Project, document.project_id)
         matter = get_or_create_matter(session, project, metadata.matter)
         document.matter_id = matter.id if matter else None
+
+
+def _known_node(session: Session, node_id: str) -> bool:
+    """Whether the store's ontology has the node. Nothing this stage writes can change that, so the
+    lookup leaves what is pending unflushed (a batch's rows go out in one flush, not one per version)."""
+    with session.no_autoflush:
+        return session.get(OntologyNode, node_id) is not None
 
 
 def _merged(*lists: list[str]) -> list[str]:

@@ -89,3 +89,21 @@ def test_extracting_a_version_again_keeps_one_artifact_per_kind_with_the_newest_
     rows = db_session.execute(select(MetadataArtifact.kind, MetadataArtifact.payload)).all()
     assert sorted(kind for kind, _ in rows) == ["metadata", "notable_clauses"]
     assert dict(rows)["metadata"]["title"] != "veraltet"
+
+
+def test_a_batch_applies_two_versions_of_one_document_in_the_order_given(db_session: Session) -> None:
+    from ki_workers.stages.record_metadata import record_metadata_many
+
+    source = get_or_create_source(db_session, "ordner", SourceKind.LOCAL_FS)
+    project = get_or_create_project(db_session, "lindqvist")
+    texts = ("Vermerk zum Verfahren 4 C 6/05 vor dem Amtsgericht.", "Vermerk, neue Fassung: nun gilt § 573 BGB.")
+    version_ids = [
+        ingest_bytes(db_session, source=source, project=project, external_id=f"vermerk-{n}.txt", data=text.encode(),
+                     entry=ManifestEntry(path=f"vermerk-{n}.txt", document="vermerk")).version_id
+        for n, text in enumerate(texts)
+    ]
+    for order in (version_ids, version_ids[::-1]):
+        assert record_metadata_many(db_session, order, RuleBasedExtractor()) == 2
+        document = db_session.get(Document, db_session.get(DocumentVersion, order[-1]).document_id)
+        last = RuleBasedExtractor().extract(texts[version_ids.index(order[-1])])
+        assert document.identifiers == last.identifiers, "the version given last decides the document's identifiers"
