@@ -23,6 +23,7 @@ QUEUE_MAINTENANCE = "ki.maintenance"
 
 TASK_ROUTES = {
     "ki.ingest": {"queue": QUEUE_INGEST},
+    "ki.ingest_many": {"queue": QUEUE_INGEST},
     "ki.process_event": {"queue": QUEUE_INGEST},
     "ki.process_access_event": {"queue": QUEUE_ACCESS},
     "ki.extract_metadata": {"queue": QUEUE_INGEST},

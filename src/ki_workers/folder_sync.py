@@ -1,7 +1,7 @@
 """Sync a local folder into the index: register the source, ingest every file, prune, link.
 
-Runs the ki.ingest task per file: in-process in embedded mode, on the
-workers otherwise. Files that vanished from the folder lose their observation
+Runs the ki.ingest task per file on the workers; in-process in embedded mode,
+ki.ingest for a large file and ki.ingest_many for a batch of small ones. Files that vanished from the folder lose their observation
 (they leave search; SQL keeps the history). Files the caller excluded, or
 skipped as too large, are left as they are: not read, not pruned.
 
@@ -9,13 +9,15 @@ A single file is synced as part of its folder (`only`, see `file_in_folder`):
 the same source and object a sync of the whole folder uses, and no pruning,
 since the other files were not looked at.
 
-In-process, metadata is recorded for a batch of files in one transaction
-(stages.record_metadata.deferred_extractions), index writes are shared by a few
-files at a time (stages.embed_index.deferred_index_writes), neither waits more
-than a couple of seconds, and what waits is done before a large file starts,
-so what is done is searchable while the rest runs, and Ctrl-C loses only the
-file in progress. A long file's embedding progress is reported as that file's,
-even when it runs in a batch after the next file began (ChunkProgress).
+In-process, small files are ingested up to 16 (or 1 MB) in one transaction
+(ki.ingest_many), their metadata is recorded a batch at a time
+(stages.record_metadata.deferred_extractions), index writes are shared by a
+few files at a time (stages.embed_index.deferred_index_writes), nothing waits
+more than a couple of seconds, and what waits is done before a large file
+starts, so what is done is searchable while the rest runs, and Ctrl-C loses
+only the files in progress (one large file, or one batch of small ones). A long
+file's embedding progress is reported as that file's, even when it runs in a
+batch after the next file began (ChunkProgress).
 """
 
 from __future__ import annotations
@@ -142,17 +144,36 @@ def ingest_local_object(
     ctx: WorkerContext, source_id: str, external_id: str, project_id: str, entry: dict, matter: str | None
 ) -> IngestResult:
     """Read one file of a registered folder and ingest it, committing before returning."""
+    result = ingest_local_objects(ctx, source_id, project_id, [(external_id, entry)], matter)[0]
+    if isinstance(result, OSError):
+        raise result
+    return result
+
+
+def ingest_local_objects(
+    ctx: WorkerContext, source_id: str, project_id: str, files: Sequence[tuple[str, dict]], matter: str | None
+) -> list[IngestResult | OSError]:
+    """Read files of a registered folder and ingest them in order, in one transaction committed before
+    returning; a file that cannot be read gives its OSError in its place and the others go on."""
+    limit = int(ctx.settings.ingest.max_file_mb * MEGABYTE)
+    results: list[IngestResult | OSError] = []
     with ctx.sessions() as session, session.begin():
-        # Both rows in one statement: a round trip per file less (a millisecond on PostgreSQL).
+        # Both rows in one statement: a round trip less (a millisecond on PostgreSQL).
         source, project = session.execute(
             select(Source, Project).join(Project, Project.id == project_id).where(Source.id == source_id)
         ).one()
-        path = Path(source.config["root"]) / external_id
-        data = _read(path, int(ctx.settings.ingest.max_file_mb * MEGABYTE))
-        return ingest_bytes(
-            session, source=source, project=project, external_id=external_id, data=data,
-            entry=ManifestEntry.model_validate(entry), matter_name=matter,
-        )
+        root = Path(source.config["root"])
+        for external_id, entry in files:
+            try:
+                data = _read(root / external_id, limit)
+            except OSError as exc:
+                results.append(exc)
+                continue
+            results.append(ingest_bytes(
+                session, source=source, project=project, external_id=external_id, data=data,
+                entry=ManifestEntry.model_validate(entry), matter_name=matter,
+            ))
+    return results
 
 
 def _read(path: Path, max_bytes: int) -> bytes:
@@ -191,9 +212,8 @@ def sync_folder(
     ctx.embed_progress = progress if on_chunks else None
     try:
         with deferred_index_writes(ctx), deferred_extractions(ctx, hand_on=_extract_batch):
-            for file in files:
-                _ingest_file(ctx, file, manifest, (source_id, project_id, matter), selection, summary, seen, on_file,
-                             progress)
+            _ingest_files(ctx, files, manifest, (source_id, project_id, matter), selection, summary, seen, on_file,
+                          progress)
     finally:
         ctx.embed_progress = None
     if ctx.settings.broker.eager:
@@ -229,20 +249,58 @@ def _extract_batch(version_ids: list[str]) -> None:
     tasks.extract_metadata_many.delay(version_ids)
 
 
-def _ingest_file(ctx, file, manifest, target, selection, summary, seen, on_file, progress: ChunkProgress) -> None:
-    """One file through the ingest task (and, in-process, what waits for it: see the module docstring)."""
+# In-process, small files go to ki.ingest_many this many (or this many bytes) at a time: one
+# transaction for them instead of one each. A large file goes alone, after what waits is done.
+INGEST_BATCH_FILES = 16
+INGEST_BATCH_BYTES = MEGABYTE
+
+
+def _ingest_files(ctx, files, manifest, target, selection, summary, seen, on_file, progress: ChunkProgress) -> None:
+    """Every file through an ingest task, reported in folder order (see the module docstring)."""
+    batch: list[FolderFile] = []
+
+    def send() -> None:
+        if batch:
+            _ingest_batch(ctx, batch, manifest, target, summary, on_file, progress)
+            batch.clear()
+
+    for file in files:
+        seen.add(file.relative)
+        summary.files += 1
+        reason = selection.too_large(file.size)
+        if reason is not None:
+            send()
+            summary.skipped.append((file.relative, reason))
+            summary.count("skipped")
+            if on_file:
+                on_file(file.relative, {"outcome": "skipped", "reason": reason})
+        elif not ctx.settings.broker.eager or file.size >= selection.large_bytes:
+            send()  # queued to workers one by one; or large, and what waits is done before it starts
+            _ingest_alone(ctx, file, manifest, target, selection, summary, on_file, progress)
+        else:
+            batch.append(file)
+            if len(batch) >= INGEST_BATCH_FILES or sum(f.size for f in batch) >= INGEST_BATCH_BYTES:
+                send()
+    send()
+
+
+def _ingest_batch(ctx, batch: list[FolderFile], manifest, target, summary, on_file, progress: ChunkProgress) -> None:
     from ki_workers import tasks
 
     source_id, project_id, matter = target
-    seen.add(file.relative)
-    summary.files += 1
-    reason = selection.too_large(file.size)
-    if reason is not None:
-        summary.skipped.append((file.relative, reason))
-        summary.count("skipped")
-        if on_file:
-            on_file(file.relative, {"outcome": "skipped", "reason": reason})
-        return
+    flush_extractions_if_waiting(ctx)
+    flush_if_waiting(ctx)
+    entries = [(file.relative, manifest.entry_for(file.relative).model_dump(mode="json")) for file in batch]
+    progress.current = batch[-1].relative
+    results = tasks.ingest_many.delay(source_id, project_id, entries, matter).get()
+    for file, result in zip(batch, results, strict=True):
+        _report(file, result, summary, on_file, progress)
+
+
+def _ingest_alone(ctx, file: FolderFile, manifest, target, selection, summary, on_file, progress: ChunkProgress) -> None:
+    from ki_workers import tasks
+
+    source_id, project_id, matter = target
     large = file.size >= selection.large_bytes
     flush_extractions_if_waiting(ctx, before_long_work=large)
     flush_if_waiting(ctx, before_long_work=large)
@@ -254,6 +312,11 @@ def _ingest_file(ctx, file, manifest, target, selection, summary, seen, on_file,
             result = outcome.get() if ctx.settings.broker.eager else None
     except OSError as exc:
         result = {"outcome": "failed", "reason": str(exc)}
+    _report(file, result, summary, on_file, progress)
+
+
+def _report(file: FolderFile, result: dict | None, summary: SyncSummary, on_file, progress: ChunkProgress) -> None:
+    """Count a file's outcome (None: queued to workers) and tell the caller."""
     if result is not None:
         progress.ingested(file.relative, result)
         summary.count(result["outcome"])

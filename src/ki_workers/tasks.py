@@ -42,7 +42,24 @@ def ingest(source_id: str, external_id: str, project_id: str, entry: dict, matte
     from ki_workers.folder_sync import ingest_local_object
 
     ctx = worker_context()
-    result = ingest_local_object(ctx, source_id, external_id, project_id, entry, matter)
+    return _hand_on_ingested(ctx, ingest_local_object(ctx, source_id, external_id, project_id, entry, matter))
+
+
+@shared_task(name="ki.ingest_many", **TASK_OPTIONS)
+def ingest_many(source_id: str, project_id: str, files: list[tuple[str, dict]], matter: str | None = None) -> list[dict]:
+    """ki.ingest for a batch of (external id, entry) of one folder, in one transaction: a result per file,
+    in order; a file that cannot be read is failed with its reason, the others go on."""
+    from ki_workers.folder_sync import ingest_local_objects
+
+    ctx = worker_context()
+    return [
+        {"outcome": "failed", "reason": str(result)} if isinstance(result, OSError) else _hand_on_ingested(ctx, result)
+        for result in ingest_local_objects(ctx, source_id, project_id, files, matter)
+    ]
+
+
+def _hand_on_ingested(ctx, result) -> dict:
+    """The next stages for what an ingest stored or retired; the task's result."""
     if result.retired_version_ids:
         reindex_access.delay(list(result.retired_version_ids))
     for stored in (result, *result.attachments):  # a mail's attachments are documents of their own

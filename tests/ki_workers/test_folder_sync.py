@@ -134,7 +134,7 @@ def test_a_long_file_embedded_with_a_later_batch_reports_its_progress_under_its_
     assert keys_of_indexed(ctx) == {*KEYS, "0-protokoll"}
 
 
-def test_a_folder_records_its_files_metadata_in_a_batch_not_file_by_file(ctx, tmp_path: Path) -> None:
+def test_a_folder_of_small_files_is_ingested_and_extracted_in_batches_not_file_by_file(ctx, tmp_path: Path) -> None:
     from sqlalchemy import event
 
     folder = tmp_path / "vermerke"
@@ -142,18 +142,43 @@ def test_a_folder_records_its_files_metadata_in_a_batch_not_file_by_file(ctx, tm
     for n in range(12):
         (folder / f"vermerk-{n:02d}.txt").write_text(f"Vermerk {n} zur Besprechung mit der Mandantin.", encoding="utf-8")
     inserts: list[str] = []
+    commits: list[object] = []
+
+    def committed(connection) -> None:
+        commits.append(connection)
 
     def count(_conn, _cursor, statement, *_args) -> None:
         if statement.lstrip().upper().startswith("INSERT INTO METADATA_ARTIFACTS"):
             inserts.append(statement)
 
     event.listen(ctx.engine, "before_cursor_execute", count)
+    event.listen(ctx.engine, "commit", committed)
     try:
         summary = sync_folder(ctx, folder, "vermerke")
     finally:
         event.remove(ctx.engine, "before_cursor_execute", count)
+        event.remove(ctx.engine, "commit", committed)
 
     assert summary.outcomes == {"new": 12}
+    assert len(commits) < 12, f"{len(commits)} transactions for 12 files: ingest and metadata a batch at a time"
     # The first lookup of the document type flushes what is pending before it; the rest goes at the end.
     assert len(inserts) <= 2, "the artifacts of twelve files in one or two batched INSERTs, not one per file"
     assert len(keys_of_indexed(ctx)) == 12
+
+
+def test_a_file_that_vanishes_while_its_batch_waits_fails_alone_and_the_others_are_ingested(ctx, tmp_path: Path) -> None:
+    folder = tmp_path / "vermerke"
+    folder.mkdir()
+    for n in range(20):
+        (folder / f"vermerk-{n:02d}.txt").write_text(f"Vermerk {n} zur Besprechung mit der Mandantin.", encoding="utf-8")
+
+    def delete_a_later_file(relative: str, _result: dict | None) -> None:
+        if relative == "vermerk-00.txt":  # reported with the first batch; the second is read after
+            (folder / "vermerk-18.txt").unlink()
+
+    summary = sync_folder(ctx, folder, "vermerke", on_file=delete_a_later_file)
+
+    assert summary.outcomes == {"new": 19, "failed": 1}
+    assert [name for name, _ in summary.errors] == ["vermerk-18.txt"]
+    assert "No such file" in summary.errors[0][1]
+    assert len(keys_of_indexed(ctx)) == 19
