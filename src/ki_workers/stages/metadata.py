@@ -109,8 +109,9 @@ def detect_language(text: str) -> Literal["de", "en"] | None:
     words = re.findall(r"[a-zäöüß]+", text[:20000].lower())
     if len(words) < 5:
         return None
-    german = sum(word in _STOPWORDS_DE for word in words) / len(words)
-    english = sum(word in _STOPWORDS_EN for word in words) / len(words)
+    # map over the set's own membership test: the counting stays in C (a third of the rule's time)
+    german = sum(map(_STOPWORDS_DE.__contains__, words)) / len(words)
+    english = sum(map(_STOPWORDS_EN.__contains__, words)) / len(words)
     if max(german, english) < _MIN_STOPWORD_RATIO:
         return None
     return "de" if german >= english else "en"
