@@ -1,8 +1,9 @@
 """Sync a local folder into the index: register the source, ingest every file, prune, link.
 
 Runs the ki.ingest task per file on the workers; in-process in embedded mode,
-ki.ingest for a large file and ki.ingest_many for a batch of small ones. Files that vanished from the folder lose their observation
-(they leave search; SQL keeps the history). Files the caller excluded, or
+ki.ingest for a large file and ki.ingest_many for a batch of small ones. Files
+that vanished from the folder lose their observation (they leave search; SQL
+keeps the history). Files the caller excluded, or
 skipped as too large, are left as they are: not read, not pruned.
 
 A single file is synced as part of its folder (`only`, see `file_in_folder`):
@@ -268,15 +269,16 @@ def _ingest_files(ctx, files, manifest, target, selection, summary, seen, on_fil
         seen.add(file.relative)
         summary.files += 1
         reason = selection.too_large(file.size)
+        large = file.size >= selection.large_bytes
         if reason is not None:
             send()
             summary.skipped.append((file.relative, reason))
             summary.count("skipped")
             if on_file:
                 on_file(file.relative, {"outcome": "skipped", "reason": reason})
-        elif not ctx.settings.broker.eager or file.size >= selection.large_bytes:
+        elif not ctx.settings.broker.eager or large:
             send()  # queued to workers one by one; or large, and what waits is done before it starts
-            _ingest_alone(ctx, file, manifest, target, selection, summary, on_file, progress)
+            _ingest_alone(ctx, file, manifest, target, large, summary, on_file, progress)
         else:
             batch.append(file)
             if len(batch) >= INGEST_BATCH_FILES or sum(f.size for f in batch) >= INGEST_BATCH_BYTES:
@@ -297,11 +299,10 @@ def _ingest_batch(ctx, batch: list[FolderFile], manifest, target, summary, on_fi
         _report(file, result, summary, on_file, progress)
 
 
-def _ingest_alone(ctx, file: FolderFile, manifest, target, selection, summary, on_file, progress: ChunkProgress) -> None:
+def _ingest_alone(ctx, file: FolderFile, manifest, target, large: bool, summary, on_file, progress: ChunkProgress) -> None:
     from ki_workers import tasks
 
     source_id, project_id, matter = target
-    large = file.size >= selection.large_bytes
     flush_extractions_if_waiting(ctx, before_long_work=large)
     flush_if_waiting(ctx, before_long_work=large)
     entry = manifest.entry_for(file.relative).model_dump(mode="json")

@@ -49,6 +49,7 @@ from ki_workers.stages.chunking import (
     split_body,
     text_hash,
 )
+from ki_workers.stages.rows import versions_and_documents
 
 CLAUSE_STATUSES = (VersionStatus.FINAL, VersionStatus.EXECUTED)
 
@@ -202,14 +203,10 @@ def embed_versions(ctx: WorkerContext, version_ids: list[str]) -> Iterator[Embed
 
 def draft_versions(session: Session, version_ids: list[str], settings: Settings) -> dict[str, VersionDrafts]:
     """The drafts of those versions that have text and did not fail, by version id."""
-    rows = session.execute(  # draft_chunks finds each document loaded
-        select(DocumentVersion, Document)
-        .join(Document, Document.id == DocumentVersion.document_id)
-        .where(in_set(DocumentVersion.id, list(dict.fromkeys(version_ids))))
-    ).all()
+    rows = versions_and_documents(session, version_ids)  # draft_chunks finds each document loaded
     return {
         version.id: VersionDrafts(version.id, version.document_id, draft_chunks(session, version, settings))
-        for version, _ in rows
+        for version, _ in rows.values()
         if version.text is not None and version.processing_state != ProcessingState.FAILED
     }
 

@@ -25,8 +25,7 @@ from ki_core.models import (
     Relation,
     RelationKind,
 )
-from ki_core.acl import in_set
-from ki_workers.stages.rows import get_or_create_matter, version_and_document
+from ki_workers.stages.rows import get_or_create_matter, version_and_document, versions_and_documents
 from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, is_generic_title
 
 if TYPE_CHECKING:
@@ -62,17 +61,10 @@ def record_metadata_many(session: Session, version_ids: list[str], extractor: Me
     round of INSERTs and UPDATEs however many versions, instead of each. The
     `references` edges are left to one link_project_references pass, as with link_now=False.
     """
-    wanted = list(dict.fromkeys(version_ids))
-    rows = {
-        version.id: (version, document)
-        for version, document in session.execute(
-            select(DocumentVersion, Document)
-            .join(Document, Document.id == DocumentVersion.document_id)
-            .where(in_set(DocumentVersion.id, wanted))
-        )
-    }
+    rows = versions_and_documents(session, version_ids)
     # In the order given: two versions of one document apply to the one row, the later one last.
-    recorded = sum(_record(session, *rows[version_id], extractor) is not None for version_id in wanted if version_id in rows)
+    wanted = [version_id for version_id in dict.fromkeys(version_ids) if version_id in rows]
+    recorded = sum(_record(session, *rows[version_id], extractor) is not None for version_id in wanted)
     session.flush()
     return recorded
 

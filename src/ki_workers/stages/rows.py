@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ki_core.acl import in_set
 from ki_core.models import Document, DocumentVersion, Matter, Project, Source, SourceKind, SourceObject
 from ki_core.models.base import new_id, utcnow
 
@@ -76,9 +77,14 @@ def get_or_create_document(session: Session, project: Project, key: str) -> tupl
 def version_and_document(session: Session, version_id: str) -> tuple[DocumentVersion | None, Document | None]:
     """A version and its document in one statement: each stage runs in a session of its own, where
     neither is in the identity map yet."""
-    row = session.execute(
+    return versions_and_documents(session, [version_id]).get(version_id, (None, None))
+
+
+def versions_and_documents(session: Session, version_ids: list[str]) -> dict[str, tuple[DocumentVersion, Document]]:
+    """The versions that exist among `version_ids`, each with its document, read in one statement."""
+    rows = session.execute(
         select(DocumentVersion, Document)
         .join(Document, Document.id == DocumentVersion.document_id)
-        .where(DocumentVersion.id == version_id)
-    ).one_or_none()
-    return (row[0], row[1]) if row is not None else (None, None)
+        .where(in_set(DocumentVersion.id, list(dict.fromkeys(version_ids))))
+    )
+    return {version.id: (version, document) for version, document in rows}
