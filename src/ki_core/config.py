@@ -288,6 +288,11 @@ class IngestSettings(_Section):
     max_file_mb: float = Field(default=50.0, gt=0)
     # Files at least this big get a warning line before the work starts (they take a while).
     large_file_mb: float = Field(default=2.0, gt=0)
+    # An in-process folder sync of many new files runs the metadata rules in this many helper
+    # processes while it ingests the next files (stages.rules_ahead); 0: in its own process.
+    # Default: one where there is a second core. Celery workers do not use them (their pool is
+    # their parallelism).
+    helper_processes: int = Field(default_factory=lambda: 1 if (os.cpu_count() or 1) > 1 else 0, ge=0, le=16)
 
 
 class Settings(BaseSettings):

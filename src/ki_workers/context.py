@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -37,11 +38,11 @@ class WorkerContext:
     pending_since: float | None = None
     # Chunk drafts (stages.embed_index.VersionDrafts) waiting to be embedded and stored with that write.
     pending_drafts: list = field(default_factory=list)
-    # Versions waiting to be extracted in one transaction (stages.record_metadata.deferred_extractions),
-    # since when the oldest waits, and what takes their ids next; None when each is extracted at once.
-    pending_extractions: list[str] | None = None
-    extractions_since: float | None = None
-    extractions_hand_on: Callable[[list[str]], None] | None = None
+    # The versions waiting to be extracted in one transaction, a stage's own state
+    # (stages.record_metadata.ExtractionBatch); None when each is extracted at once.
+    extraction_batch: Any = None
+    # The helper process of stages.rules_ahead, kept from one sync to the next; closed with the context.
+    rules_helper: Any = None
     # In-process batch work (a folder sync) watches a long version's chunks being embedded: (version id, done, total).
     embed_progress: Callable[[str, int, int], None] | None = None
 
@@ -94,6 +95,9 @@ class WorkerContext:
             if closer is not None:
                 closer()
             self._embedder = None
+            if self.rules_helper is not None:
+                self.rules_helper.close()
+                self.rules_helper = None
         self.engine.dispose()
 
 

@@ -212,7 +212,7 @@ def sync_folder(
     progress = ChunkProgress(on_chunks)
     ctx.embed_progress = progress if on_chunks else None
     try:
-        with deferred_index_writes(ctx), deferred_extractions(ctx, hand_on=_extract_batch):
+        with deferred_index_writes(ctx), deferred_extractions(ctx, hand_on=_extract_batch, files=len(files)):
             _ingest_files(ctx, files, manifest, (source_id, project_id, matter), selection, summary, seen, on_file,
                           progress)
     finally:

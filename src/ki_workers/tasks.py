@@ -99,11 +99,11 @@ def extract_metadata(version_id: str) -> str:
 @shared_task(name="ki.extract_metadata_many", **TASK_OPTIONS)
 def extract_metadata_many(version_ids: list[str]) -> list[str]:
     """extract_metadata for a batch (a folder sync in-process), in one transaction."""
-    from ki_workers.stages.record_metadata import record_metadata_many
+    from ki_workers.stages.record_metadata import record_metadata_many, rules_ahead_of
 
     ctx = worker_context()
     with ctx.sessions() as session, session.begin():
-        record_metadata_many(session, version_ids, ctx.extractor())
+        record_metadata_many(session, version_ids, ctx.extractor(), rules_ahead_of(ctx))
     chunk_embed_many.delay(version_ids)
     return version_ids
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
@@ -27,6 +28,7 @@ from ki_core.models import (
 )
 from ki_workers.stages.rows import get_or_create_matter, version_and_document, versions_and_documents
 from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, is_generic_title
+from ki_workers.stages.rules_ahead import Answer, RulesAhead, RulesHelper, runs_ahead, start_helper
 
 if TYPE_CHECKING:
     from ki_workers.context import WorkerContext
@@ -54,17 +56,23 @@ def record_metadata(
     return metadata
 
 
-def record_metadata_many(session: Session, version_ids: list[str], extractor: MetadataExtractor) -> int:
+def record_metadata_many(
+    session: Session, version_ids: list[str], extractor: MetadataExtractor, ahead: RulesAhead | None = None
+) -> int:
     """record_metadata for a batch, in one read and one flush; returns how many had text to extract.
 
     For in-process batch work (a folder sync): one transaction, one SELECT and one
     round of INSERTs and UPDATEs however many versions, instead of each. The
     `references` edges are left to one link_project_references pass, as with link_now=False.
+    `ahead`: the rules' answers a helper process computed meanwhile (stages.rules_ahead).
     """
     rows = versions_and_documents(session, version_ids)
     # In the order given: two versions of one document apply to the one row, the later one last.
     wanted = [version_id for version_id in dict.fromkeys(version_ids) if version_id in rows]
-    recorded = sum(_record(session, *rows[version_id], extractor) is not None for version_id in wanted)
+    answers = ahead.answers(
+        [(v, rows[v][0].text, rows[v][1].title) for v in wanted if _extractable(rows[v][0])], extractor
+    ) if ahead is not None else {}
+    recorded = sum(_record(session, *rows[v], extractor, answers.get(v)) is not None for v in wanted)
     session.flush()
     return recorded
 
@@ -73,10 +81,26 @@ def record_metadata_many(session: Session, version_ids: list[str], extractor: Me
 # than this before it is extracted (and handed on to be embedded and indexed).
 EXTRACTIONS_PER_BATCH = 64
 EXTRACTION_MAX_WAIT_SECONDS = 1.0
+# A sync of at least this many files has a helper process run the rules ahead (stages.rules_ahead);
+# for fewer, starting one costs more than it saves.
+RULES_AHEAD_MIN_FILES = 32
+
+
+@dataclass
+class ExtractionBatch:
+    """The versions waiting for one extraction transaction, since when the oldest waits, and what
+    takes their ids next; `ahead`, when a helper runs the rules for them meanwhile."""
+
+    hand_on: Callable[[list[str]], None]
+    ahead: RulesAhead | None = None
+    waiting: list[str] = field(default_factory=list)
+    since: float | None = None
+    # False inside extracting_at_once: a version is extracted when it is ingested.
+    deferring: bool = True
 
 
 @contextmanager
-def deferred_extractions(ctx: WorkerContext, hand_on: Callable[[list[str]], None]) -> Iterator[None]:
+def deferred_extractions(ctx: WorkerContext, hand_on: Callable[[list[str]], None], *, files: int = 0) -> Iterator[None]:
     """Collect the versions to extract and hand them on a batch at a time (`hand_on`: the task
     that records them with record_metadata_many, in one transaction).
 
@@ -86,67 +110,106 @@ def deferred_extractions(ctx: WorkerContext, hand_on: Callable[[list[str]], None
     inside a task, so a batch runs where a file's progress watcher is not set.
     Until its batch commits a version stays CONVERTED: a crash or Ctrl-C leaves
     it for the next sync to resume (tasks._left_unfinished), never skipped.
+    `files`: how many the sync has; from RULES_AHEAD_MIN_FILES on, a helper runs the rules ahead.
     """
-    ctx.pending_extractions, ctx.extractions_since, ctx.extractions_hand_on = [], None, hand_on
+    ctx.extraction_batch = ExtractionBatch(hand_on, _rules_ahead(ctx) if files >= RULES_AHEAD_MIN_FILES else None)
     try:
         yield
     finally:
+        batch = ctx.extraction_batch
         try:
             flush_extractions(ctx)
         finally:
-            ctx.pending_extractions, ctx.extractions_since, ctx.extractions_hand_on = None, None, None
+            ctx.extraction_batch = None
+            if batch.ahead is not None:
+                batch.ahead.close()
+
+
+def _rules_ahead(ctx: WorkerContext) -> RulesAhead | None:
+    """A helper for the rules, where they are the extractor, run in this process (eager) and a
+    helper process is allowed; the process itself is kept by the context from one sync to the next."""
+    extractor = ctx.extractor()
+    if not ctx.settings.broker.eager or not runs_ahead(extractor) or ctx.settings.ingest.helper_processes < 1:
+        return None
+
+    def helper() -> RulesHelper | None:
+        if ctx.rules_helper is None or not ctx.rules_helper.alive:
+            ctx.rules_helper = start_helper(ctx.settings.database_url)
+        return ctx.rules_helper
+
+    return RulesAhead(helper, extractor.producer)
+
+
+def rules_ahead_of(ctx: WorkerContext) -> RulesAhead | None:
+    """The answers a helper computes for the waiting versions, if one does."""
+    return ctx.extraction_batch.ahead if ctx.extraction_batch is not None else None
 
 
 def defer_extraction(ctx: WorkerContext, version_id: str) -> bool:
     """True when the version now waits for a batch; False outside deferred_extractions (extract it now)."""
-    if ctx.pending_extractions is None:
+    batch = ctx.extraction_batch
+    if batch is None or not batch.deferring:
         return False
-    ctx.pending_extractions.append(version_id)
-    if ctx.extractions_since is None:
-        ctx.extractions_since = time.monotonic()
+    batch.waiting.append(version_id)
+    if batch.since is None:
+        batch.since = time.monotonic()
+    if batch.ahead is not None:
+        batch.ahead.start(version_id)
     return True
 
 
 def flush_extractions_if_waiting(ctx: WorkerContext, *, before_long_work: bool = False) -> None:
     """Record the waiting batch when it is full, has waited long enough, or a large file is next."""
-    if not ctx.pending_extractions:
+    batch = ctx.extraction_batch
+    if batch is None or not batch.waiting:
         return
-    full = len(ctx.pending_extractions) >= EXTRACTIONS_PER_BATCH
-    waited = time.monotonic() - (ctx.extractions_since or 0.0) >= EXTRACTION_MAX_WAIT_SECONDS
+    full = len(batch.waiting) >= EXTRACTIONS_PER_BATCH
+    waited = time.monotonic() - (batch.since or 0.0) >= EXTRACTION_MAX_WAIT_SECONDS
     if full or waited or before_long_work:
         flush_extractions(ctx)
 
 
 def flush_extractions(ctx: WorkerContext) -> None:
     """Hand every waiting version on, in one batch (to record_metadata_many, through its task)."""
-    version_ids, ctx.pending_extractions, ctx.extractions_since = ctx.pending_extractions or [], [], None
-    if version_ids:
-        ctx.extractions_hand_on(version_ids)
+    batch = ctx.extraction_batch
+    if batch is None or not batch.waiting:
+        return
+    version_ids, batch.waiting, batch.since = batch.waiting, [], None
+    batch.hand_on(version_ids)
 
 
 @contextmanager
 def extracting_at_once(ctx: WorkerContext) -> Iterator[None]:
     """Inside deferred_extractions, a stretch (a large file) whose versions are extracted at once:
     its embedding then runs while its watcher sees it. What waits is recorded first."""
-    if ctx.pending_extractions is None:
+    batch = ctx.extraction_batch
+    if batch is None or not batch.deferring:
         yield
         return
     flush_extractions(ctx)
-    ctx.pending_extractions = None
+    batch.deferring = False
     try:
         yield
     finally:
-        ctx.pending_extractions = []
+        batch.deferring = True
 
 
 def _record(
-    session: Session, version: DocumentVersion | None, document: Document | None, extractor: MetadataExtractor
+    session: Session, version: DocumentVersion | None, document: Document | None, extractor: MetadataExtractor,
+    answer: Answer | None = None,
 ) -> DocumentMetadata | None:
-    """Extract, store the artifacts, apply; nothing for a version without text or that failed."""
-    if version is None or version.text is None or version.processing_state == ProcessingState.FAILED:
+    """Extract, store the artifacts, apply; nothing for a version without text or that failed.
+
+    `answer`: the rules' answer computed before, taken if it read the title the document has now
+    (an earlier version of the same batch may have just given it one).
+    """
+    if version is None or not _extractable(version):
         return None
     version_id = version.id
-    metadata = extractor.extract(version.text, title=document.title)
+    if answer is not None and answer.title == document.title:
+        metadata = answer.metadata
+    else:
+        metadata = extractor.extract(version.text, title=document.title)
     clauses = [clause.model_dump(mode="json") for clause in metadata.notable_clauses]
     _store_artifacts(
         session,
@@ -159,6 +222,10 @@ def _record(
     _apply(session, document, version, metadata)
     version.processing_state = ProcessingState.EXTRACTED
     return metadata
+
+
+def _extractable(version: DocumentVersion) -> bool:
+    return version.text is not None and version.processing_state != ProcessingState.FAILED
 
 
 def outdated_versions(session: Session, producer: str) -> list[str]:

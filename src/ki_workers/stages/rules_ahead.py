@@ -1,0 +1,224 @@
+"""The metadata rules run ahead, in a helper process, while the sync's own process ingests on.
+
+An in-process folder sync (the embedded default) does everything in one process
+on one core, and the rules are about a quarter of its time (bench/ingest.py).
+A version waits for its extraction batch after its ingest committed; a helper
+process reads it from the database then and runs the same rules on it. When
+the batch is recorded, a helper's answer is taken if the text and the title it
+read are what the recording process sees; anything else (not done yet, failed,
+the helper gone, a title an earlier version of the batch changed) is computed
+there as before. Either way the answer is the same: the rules are a function of
+the text and the title alone, so the helper changes when they run, never what
+they say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from sqlalchemy import Engine, select
+
+from ki_core.models import Document, DocumentVersion
+from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, RuleBasedExtractor
+
+log = logging.getLogger(__name__)
+
+# What a batch asks for: (version id, its text, its document's title).
+Version = tuple[str, str, str | None]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the rules said for a version, and what they read: its text's digest and the title."""
+
+    digest: bytes
+    title: str | None
+    metadata: DocumentMetadata
+
+
+def text_digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def runs_ahead(extractor: MetadataExtractor) -> bool:
+    """Only the rules: an LLM extractor waits on the network, not the CPU, and costs per call."""
+    return type(extractor) is RuleBasedExtractor
+
+
+class RulesHelper:
+    """One spawned process that answers version ids with the rules' answers, over a pipe.
+
+    A pipe and no executor: a process pool's feeder and manager threads take the GIL from
+    the sync's own thread at every call, which cost about what the helper saved.
+    Spawned, not forked: the sync's process holds the index writer's threads and open
+    connections, which a forked child would inherit half-way.
+    """
+
+    def __init__(self, database_url: str):
+        context = multiprocessing.get_context("spawn")
+        self._connection, child_end = context.Pipe()
+        self._process = context.Process(
+            target=serve_answers, args=(child_end, database_url), name="ki-rules-helper", daemon=True
+        )
+        self._process.start()
+        child_end.close()
+        self.arrived: dict[str, Answer | None] = {}
+        # Answers taken in place of computing them in the sync's process, over the helper's life.
+        self.taken = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def ask(self, version_id: str) -> None:
+        self.collect()  # its answers read first: never both ends blocked on a full pipe
+        self._connection.send(version_id)
+
+    def collect(self) -> None:
+        """Take in every answer that has arrived, without waiting."""
+        while self._connection.poll():
+            version_id, answer = self._connection.recv()
+            self.arrived[version_id] = answer
+
+    def close(self) -> None:
+        try:
+            self._connection.send(None)
+            self._connection.close()
+        except OSError:
+            pass
+        self._process.join(timeout=2.0)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+class RulesAhead:
+    """The answers a helper computes for the versions of one folder sync."""
+
+    def __init__(self, helper: Callable[[], RulesHelper | None], producer: str):
+        self._start_helper: Callable[[], RulesHelper | None] | None = helper
+        self._helper: RulesHelper | None = None
+        self._producer = producer
+        self._asked: set[str] = set()
+
+    def start(self, version_id: str) -> None:
+        """Have the helper read the committed version and run the rules on it (started on first use:
+        a sync that finds nothing new spawns nothing)."""
+        if self._start_helper is not None:
+            self._helper, self._start_helper = self._start_helper(), None
+        if self._helper is None or version_id in self._asked:
+            return
+        try:
+            self._helper.ask(version_id)
+            self._asked.add(version_id)
+        except (OSError, EOFError) as exc:
+            self._lost(exc)
+
+    def answers(self, versions: list[Version], extractor: MetadataExtractor) -> dict[str, Answer]:
+        """The rules' answer for each version: the helper's where it read the same text and title,
+        else computed here.
+
+        Never waits for the helper: it works from the front of the batch and this process
+        from the back, each taking what the other has not done, until they meet. A helper
+        still starting, or gone, leaves it all to this process, as without one.
+        """
+        if extractor.producer != self._producer:
+            self.forget(versions)
+            return {}
+        answered: dict[str, Answer] = {}
+        left = list(versions)
+        while left:
+            self._take_arrived(left, answered)
+            left = [item for item in left if item[0] not in answered]
+            if left:
+                version_id, text, title = left.pop()
+                answered[version_id] = Answer(b"", title, extractor.extract(text, title=title))
+        self.forget(versions)
+        return answered
+
+    def forget(self, versions: list[Version]) -> None:
+        for version_id, _text, _title in versions:
+            if version_id in self._asked:
+                self._asked.discard(version_id)
+                if self._helper is not None:
+                    self._helper.arrived.pop(version_id, None)
+
+    def close(self) -> None:
+        """Drop what was never asked for (a version that failed, a sync cut short)."""
+        if self._helper is not None:
+            for version_id in self._asked:
+                self._helper.arrived.pop(version_id, None)
+        self._asked.clear()
+
+    def _take_arrived(self, versions: list[Version], answered: dict[str, Answer]) -> None:
+        if self._helper is None:
+            return
+        try:
+            self._helper.collect()
+        except (OSError, EOFError) as exc:
+            self._lost(exc)
+            return
+        arrived = self._helper.arrived
+        for version_id, text, title in versions:
+            answer = arrived.get(version_id) if version_id in self._asked else None
+            if answer is not None and answer.title == title and answer.digest == text_digest(text):
+                answered[version_id] = answer
+                self._helper.taken += 1
+
+    def _lost(self, exc: BaseException) -> None:
+        log.warning("the metadata rules helper is gone, the rules run in the sync's own process: %r", exc)
+        self._helper = None
+
+
+def start_helper(database_url: str) -> RulesHelper | None:
+    """A helper process, or None where none can start (a daemonic process may have no children)."""
+    try:
+        return RulesHelper(database_url)
+    except (OSError, AssertionError, RuntimeError) as exc:
+        log.warning("no metadata rules helper, the rules run in the sync's own process: %r", exc)
+        return None
+
+
+# ------------------------------------------------------------ in the helper process
+
+
+def serve_answers(connection: Connection, database_url: str) -> None:
+    """The helper's loop: a version id in, (id, its answer or None) out, until None or the pipe closes."""
+    from ki_core.db import make_engine
+
+    engine = make_engine(database_url, pool_size=1)
+    extractor = RuleBasedExtractor()
+    try:
+        while (version_id := _next_id(connection)) is not None:
+            try:
+                answer = answer_for_committed(engine, extractor, version_id)
+            except Exception as exc:  # noqa: BLE001 - the sync's own process computes this one
+                log.warning("metadata rules helper could not answer %s: %r", version_id, exc)
+                answer = None
+            connection.send((version_id, answer))
+    finally:
+        engine.dispose()
+
+
+def _next_id(connection: Connection) -> str | None:
+    try:
+        return connection.recv()
+    except EOFError:
+        return None
+
+
+def answer_for_committed(engine: Engine, extractor: RuleBasedExtractor, version_id: str) -> Answer | None:
+    """The rules' answer for a committed version; None when it has no text."""
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(DocumentVersion.text, Document.title)
+            .join(Document, Document.id == DocumentVersion.document_id)
+            .where(DocumentVersion.id == version_id)
+        ).one_or_none()
+    if row is None or row.text is None:
+        return None
+    return Answer(text_digest(row.text), row.title, extractor.extract(row.text, title=row.title))
