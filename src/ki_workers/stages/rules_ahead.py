@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import multiprocessing
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -51,49 +53,67 @@ def runs_ahead(extractor: MetadataExtractor) -> bool:
 
 
 class RulesHelper:
-    """One spawned process that answers version ids with the rules' answers, over a pipe.
+    """One helper process that answers version ids with the rules' answers, over a pair of pipes.
 
-    A pipe and no executor: a process pool's feeder and manager threads take the GIL from
-    the sync's own thread at every call, which cost about what the helper saved.
-    Spawned, not forked: the sync's process holds the index writer's threads and open
-    connections, which a forked child would inherit half-way.
+    Its own interpreter (`python -m ki_workers.stages.rules_ahead`), not a multiprocessing
+    child: those re-run the parent's main script, and a script that ingests at its top
+    level would ingest again in the helper. Pipes and no executor: a process pool's feeder
+    and manager threads take the GIL from the sync's own thread at every call, which cost
+    about what the helper saved. The database URL goes down the pipe, not on the command
+    line, where `ps` would show its password.
     """
 
     def __init__(self, database_url: str):
-        context = multiprocessing.get_context("spawn")
-        self._connection, child_end = context.Pipe()
-        self._process = context.Process(
-            target=serve_answers, args=(child_end, database_url), name="ki-rules-helper", daemon=True
-        )
-        self._process.start()
-        child_end.close()
+        to_helper_read, to_helper_write = os.pipe()
+        from_helper_read, from_helper_write = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "ki_workers.stages.rules_ahead", str(to_helper_read), str(from_helper_write)],
+                pass_fds=(to_helper_read, from_helper_write), stdin=subprocess.DEVNULL, close_fds=True,
+            )
+        except BaseException:
+            for fd in (to_helper_write, from_helper_read):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_helper_read)
+            os.close(from_helper_write)
+        self._to_helper = Connection(to_helper_write, readable=False)
+        self._from_helper = Connection(from_helper_read, writable=False)
+        self._to_helper.send(database_url)
         self.arrived: dict[str, Answer | None] = {}
         # Answers taken in place of computing them in the sync's process, over the helper's life.
         self.taken = 0
 
     @property
     def alive(self) -> bool:
-        return self._process.is_alive()
+        return self._process.poll() is None
 
     def ask(self, version_id: str) -> None:
         self.collect()  # its answers read first: never both ends blocked on a full pipe
-        self._connection.send(version_id)
+        self._to_helper.send(version_id)
 
     def collect(self) -> None:
         """Take in every answer that has arrived, without waiting."""
-        while self._connection.poll():
-            version_id, answer = self._connection.recv()
+        while self._from_helper.poll():
+            version_id, answer = self._from_helper.recv()
             self.arrived[version_id] = answer
+
+    def kill(self) -> None:
+        self._process.kill()
+        self._process.wait()
 
     def close(self) -> None:
         try:
-            self._connection.send(None)
-            self._connection.close()
+            self._to_helper.send(None)
         except OSError:
             pass
-        self._process.join(timeout=2.0)
-        if self._process.is_alive():
-            self._process.kill()
+        self._to_helper.close()
+        try:
+            self._process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._from_helper.close()
 
 
 class RulesAhead:
@@ -175,10 +195,10 @@ class RulesAhead:
 
 
 def start_helper(database_url: str) -> RulesHelper | None:
-    """A helper process, or None where none can start (a daemonic process may have no children)."""
+    """A helper process, or None where none can start."""
     try:
         return RulesHelper(database_url)
-    except (OSError, AssertionError, RuntimeError) as exc:
+    except OSError as exc:
         log.warning("no metadata rules helper, the rules run in the sync's own process: %r", exc)
         return None
 
@@ -186,25 +206,29 @@ def start_helper(database_url: str) -> RulesHelper | None:
 # ------------------------------------------------------------ in the helper process
 
 
-def serve_answers(connection: Connection, database_url: str) -> None:
-    """The helper's loop: a version id in, (id, its answer or None) out, until None or the pipe closes."""
+def serve(to_helper: Connection, from_helper: Connection) -> None:
+    """The helper's loop: the database URL first, then a version id in, (id, its answer or None) out,
+    until None or the pipe closes (the sync's process is gone)."""
     from ki_core.db import make_engine
 
+    database_url = _next_message(to_helper)
+    if database_url is None:
+        return
     engine = make_engine(database_url, pool_size=1)
     extractor = RuleBasedExtractor()
     try:
-        while (version_id := _next_id(connection)) is not None:
+        while (version_id := _next_message(to_helper)) is not None:
             try:
                 answer = answer_for_committed(engine, extractor, version_id)
             except Exception as exc:  # noqa: BLE001 - the sync's own process computes this one
                 log.warning("metadata rules helper could not answer %s: %r", version_id, exc)
                 answer = None
-            connection.send((version_id, answer))
+            from_helper.send((version_id, answer))
     finally:
         engine.dispose()
 
 
-def _next_id(connection: Connection) -> str | None:
+def _next_message(connection: Connection) -> str | None:
     try:
         return connection.recv()
     except EOFError:
@@ -222,3 +246,10 @@ def answer_for_committed(engine: Engine, extractor: RuleBasedExtractor, version_
     if row is None or row.text is None:
         return None
     return Answer(text_digest(row.text), row.title, extractor.extract(row.text, title=row.title))
+
+
+if __name__ == "__main__":
+    # Run as `python -m`: the answers' classes must come from the module by its name, not __main__.
+    from ki_workers.stages import rules_ahead
+
+    rules_ahead.serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))

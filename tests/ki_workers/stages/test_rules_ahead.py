@@ -119,7 +119,7 @@ def test_a_helper_that_dies_in_the_middle_of_a_sync_leaves_every_file_extracted_
 
     def kill_the_helper(relative: str, _result: dict | None) -> None:
         if not killed:
-            ctx.rules_helper._process.kill()
+            ctx.rules_helper.kill()
             killed.append(relative)
 
     summary = sync_folder(ctx, folder, "akten", on_file=kill_the_helper)
