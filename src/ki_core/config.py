@@ -290,9 +290,9 @@ class IngestSettings(_Section):
     large_file_mb: float = Field(default=2.0, gt=0)
     # An in-process folder sync of many new files runs the metadata rules in this many helper
     # processes while it ingests the next files (stages.rules_ahead); 0: in its own process.
-    # Default: one where there is a second core. Celery workers do not use them (their pool is
-    # their parallelism).
-    helper_processes: int = Field(default_factory=lambda: 1 if (os.cpu_count() or 1) > 1 else 0, ge=0, le=16)
+    # On a single core set 0: the helper would only take turns with the sync. Celery workers do
+    # not use it (their pool is their parallelism).
+    helper_processes: int = Field(default=1, ge=0, le=1)
 
 
 class Settings(BaseSettings):
