@@ -89,10 +89,10 @@ def warm_up(ctx, folder: Path, sync_folder) -> None:
     imports on the other core). Those one-time costs are start-up, like the model
     load, not throughput.
     """
-    from ki_workers.stages.record_metadata import RULES_AHEAD_MIN_FILES
+    from ki_workers.folder_sync import LONG_SYNC_FILES
 
     folder.mkdir(parents=True)
-    for n in range(RULES_AHEAD_MIN_FILES):
+    for n in range(LONG_SYNC_FILES):
         (folder / f"aufwaermen-{n}.txt").write_text(
             f"Mietvertrag {n}\n\n§ 1 Mietsache\nDer Vermieter vermietet dem Mieter die Wohnung. "
             f"Az. 4 C {n}/05, vgl. § 573 Abs. 2 BGB.\n", encoding="utf-8"

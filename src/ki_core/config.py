@@ -288,8 +288,8 @@ class IngestSettings(_Section):
     max_file_mb: float = Field(default=50.0, gt=0)
     # Files at least this big get a warning line before the work starts (they take a while).
     large_file_mb: float = Field(default=2.0, gt=0)
-    # An in-process folder sync of many new files runs the metadata rules in this many helper
-    # processes while it ingests the next files (stages.rules_ahead); 0: in its own process.
+    # 1: an in-process folder sync of many new files runs the metadata rules in a helper
+    # process while it ingests the next files (stages.rules_ahead); 0: in its own process.
     # On a single core set 0: the helper would only take turns with the sync. Celery workers do
     # not use it (their pool is their parallelism).
     helper_processes: int = Field(default=1, ge=0, le=1)

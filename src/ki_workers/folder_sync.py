@@ -213,8 +213,9 @@ def sync_folder(
     progress = ChunkProgress(on_chunks)
     ctx.embed_progress = progress if on_chunks else None
     try:
-        with start_up_heap_frozen(len(files)), deferred_index_writes(ctx), \
-                deferred_extractions(ctx, hand_on=_extract_batch, files=len(files)):
+        long = len(files) >= LONG_SYNC_FILES
+        with start_up_heap_frozen(long), deferred_index_writes(ctx), \
+                deferred_extractions(ctx, hand_on=_extract_batch, rules_ahead=long):
             _ingest_files(ctx, files, manifest, (source_id, project_id, matter), selection, summary, seen, on_file,
                           progress)
     finally:
@@ -227,12 +228,13 @@ def sync_folder(
     return summary
 
 
-# From this many files on, a sync sets the process's start-up heap aside from garbage collection.
-FREEZE_HEAP_MIN_FILES = 32
+# From this many files on, a sync is long: it sets the process's start-up heap aside from garbage
+# collection, and a helper process runs the metadata rules ahead (stages.rules_ahead).
+LONG_SYNC_FILES = 32
 
 
 @contextmanager
-def start_up_heap_frozen(files: int) -> Iterator[None]:
+def start_up_heap_frozen(long: bool) -> Iterator[None]:
     """For a long sync, the objects alive when it starts (modules, models, ontology, caches: some
     180,000) are left out of the garbage collector's full passes until it ends.
 
@@ -241,7 +243,7 @@ def start_up_heap_frozen(files: int) -> Iterator[None]:
     about a tenth of the sync. Handed back after: nothing stays exempt when the sync is done,
     and what was garbage already when it began is collected then.
     """
-    if files < FREEZE_HEAP_MIN_FILES:
+    if not long:
         yield
         return
     gc.freeze()

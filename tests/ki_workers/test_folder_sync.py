@@ -187,16 +187,16 @@ def test_a_file_that_vanishes_while_its_batch_waits_fails_alone_and_the_others_a
 def test_a_long_sync_sets_the_start_up_heap_aside_from_collection_and_hands_it_back(ctx, tmp_path: Path) -> None:
     import gc
 
-    from ki_workers.folder_sync import FREEZE_HEAP_MIN_FILES
+    from ki_workers.folder_sync import LONG_SYNC_FILES
 
     folder = tmp_path / "vermerke"
     folder.mkdir()
-    for n in range(FREEZE_HEAP_MIN_FILES):
+    for n in range(LONG_SYNC_FILES):
         (folder / f"vermerk-{n:02d}.txt").write_text(f"Vermerk {n} zur Besprechung mit der Mandantin.", encoding="utf-8")
     frozen_during: list[int] = []
 
     summary = sync_folder(ctx, folder, "vermerke", on_file=lambda *_: frozen_during.append(gc.get_freeze_count()))
 
-    assert summary.outcomes == {"new": FREEZE_HEAP_MIN_FILES}
+    assert summary.outcomes == {"new": LONG_SYNC_FILES}
     assert min(frozen_during) > 10_000, "the objects alive at the start are exempt while the sync runs"
     assert gc.get_freeze_count() == 0, "and none stays exempt after it"

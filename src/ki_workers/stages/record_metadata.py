@@ -81,9 +81,6 @@ def record_metadata_many(
 # than this before it is extracted (and handed on to be embedded and indexed).
 EXTRACTIONS_PER_BATCH = 64
 EXTRACTION_MAX_WAIT_SECONDS = 1.0
-# A sync of at least this many files has a helper process run the rules ahead (stages.rules_ahead);
-# for fewer, starting one costs more than it saves.
-RULES_AHEAD_MIN_FILES = 32
 
 
 @dataclass
@@ -100,7 +97,9 @@ class ExtractionBatch:
 
 
 @contextmanager
-def deferred_extractions(ctx: WorkerContext, hand_on: Callable[[list[str]], None], *, files: int = 0) -> Iterator[None]:
+def deferred_extractions(
+    ctx: WorkerContext, hand_on: Callable[[list[str]], None], *, rules_ahead: bool = False
+) -> Iterator[None]:
     """Collect the versions to extract and hand them on a batch at a time (`hand_on`: the task
     that records them with record_metadata_many, in one transaction).
 
@@ -110,9 +109,10 @@ def deferred_extractions(ctx: WorkerContext, hand_on: Callable[[list[str]], None
     inside a task, so a batch runs where a file's progress watcher is not set.
     Until its batch commits a version stays CONVERTED: a crash or Ctrl-C leaves
     it for the next sync to resume (tasks._left_unfinished), never skipped.
-    `files`: how many the sync has; from RULES_AHEAD_MIN_FILES on, a helper runs the rules ahead.
+    `rules_ahead`: a helper process runs the rules meanwhile (a long sync: for a few files,
+    starting one costs more than it saves).
     """
-    ctx.extraction_batch = ExtractionBatch(hand_on, _rules_ahead(ctx) if files >= RULES_AHEAD_MIN_FILES else None)
+    ctx.extraction_batch = ExtractionBatch(hand_on, _rules_ahead(ctx) if rules_ahead else None)
     try:
         yield
     finally:

@@ -19,7 +19,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -81,6 +81,8 @@ class RulesHelper:
         self._to_helper = Connection(to_helper_write, readable=False)
         self._from_helper = Connection(from_helper_read, writable=False)
         self._to_helper.send(database_url)
+        # Asked and not yet taken or forgotten; the answers in for those (later ones are dropped).
+        self.asked: set[str] = set()
         self.arrived: dict[str, Answer | None] = {}
         # Answers taken in place of computing them in the sync's process, over the helper's life.
         self.taken = 0
@@ -92,12 +94,27 @@ class RulesHelper:
     def ask(self, version_id: str) -> None:
         self.collect()  # its answers read first: never both ends blocked on a full pipe
         self._to_helper.send(version_id)
+        self.asked.add(version_id)
 
     def collect(self) -> None:
-        """Take in every answer that has arrived, without waiting."""
+        """Take in every answer that has arrived, without waiting; an answer no one waits for any
+        more (computed in the sync's process meanwhile) is dropped, not kept for the process's life."""
         while self._from_helper.poll():
             version_id, answer = self._from_helper.recv()
-            self.arrived[version_id] = answer
+            if version_id in self.asked:
+                self.arrived[version_id] = answer
+
+    def take(self, version_id: str) -> Answer | None:
+        """The answer for `version_id` if it is in, no longer waited for either way."""
+        if version_id not in self.arrived:
+            return None
+        self.asked.discard(version_id)
+        return self.arrived.pop(version_id)
+
+    def forget(self, version_ids: Iterable[str]) -> None:
+        for version_id in version_ids:
+            self.asked.discard(version_id)
+            self.arrived.pop(version_id, None)
 
     def kill(self) -> None:
         self._process.kill()
@@ -123,18 +140,16 @@ class RulesAhead:
         self._start_helper: Callable[[], RulesHelper | None] | None = helper
         self._helper: RulesHelper | None = None
         self._producer = producer
-        self._asked: set[str] = set()
 
     def start(self, version_id: str) -> None:
         """Have the helper read the committed version and run the rules on it (started on first use:
         a sync that finds nothing new spawns nothing)."""
         if self._start_helper is not None:
             self._helper, self._start_helper = self._start_helper(), None
-        if self._helper is None or version_id in self._asked:
+        if self._helper is None or version_id in self._helper.asked:
             return
         try:
             self._helper.ask(version_id)
-            self._asked.add(version_id)
         except (OSError, EOFError) as exc:
             self._lost(exc)
 
@@ -144,35 +159,25 @@ class RulesAhead:
 
         Never waits for the helper: it works from the front of the batch and this process
         from the back, each taking what the other has not done, until they meet. A helper
-        still starting, or gone, leaves it all to this process, as without one.
+        still starting, or gone, leaves it all to this process, as without one. Each of the
+        helper's answers is judged once, when it is in.
         """
-        if extractor.producer != self._producer:
-            self.forget(versions)
-            return {}
         answered: dict[str, Answer] = {}
-        left = list(versions)
+        left = list(versions) if extractor.producer == self._producer else []
         while left:
             self._take_arrived(left, answered)
             left = [item for item in left if item[0] not in answered]
             if left:
                 version_id, text, title = left.pop()
                 answered[version_id] = Answer(b"", title, extractor.extract(text, title=title))
-        self.forget(versions)
+        if self._helper is not None:
+            self._helper.forget(version_id for version_id, _text, _title in versions)
         return answered
 
-    def forget(self, versions: list[Version]) -> None:
-        for version_id, _text, _title in versions:
-            if version_id in self._asked:
-                self._asked.discard(version_id)
-                if self._helper is not None:
-                    self._helper.arrived.pop(version_id, None)
-
     def close(self) -> None:
-        """Drop what was never asked for (a version that failed, a sync cut short)."""
+        """Stop waiting for what no batch took (a version that failed, a sync cut short)."""
         if self._helper is not None:
-            for version_id in self._asked:
-                self._helper.arrived.pop(version_id, None)
-        self._asked.clear()
+            self._helper.forget(list(self._helper.asked))
 
     def _take_arrived(self, versions: list[Version], answered: dict[str, Answer]) -> None:
         if self._helper is None:
@@ -182,9 +187,8 @@ class RulesAhead:
         except (OSError, EOFError) as exc:
             self._lost(exc)
             return
-        arrived = self._helper.arrived
         for version_id, text, title in versions:
-            answer = arrived.get(version_id) if version_id in self._asked else None
+            answer = self._helper.take(version_id)
             if answer is not None and answer.title == title and answer.digest == text_digest(text):
                 answered[version_id] = answer
                 self._helper.taken += 1

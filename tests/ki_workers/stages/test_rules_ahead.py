@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import select
 
 from ki_core.models import Document, DocumentVersion, MetadataArtifact, ProcessingState
-from ki_workers.folder_sync import ingest_local_objects, register_folder, sync_folder
+from ki_workers.folder_sync import LONG_SYNC_FILES, ingest_local_objects, register_folder, sync_folder
 from ki_workers.stages.metadata import RuleBasedExtractor
-from ki_workers.stages.record_metadata import RULES_AHEAD_MIN_FILES, record_metadata_many
+from ki_workers.stages.record_metadata import record_metadata_many
 from ki_workers.stages.rules_ahead import RulesAhead, RulesHelper, start_helper
 
 FIRM_DOCUMENTS = Path(__file__).resolve().parents[2] / "fixtures" / "firm-documents"
@@ -136,7 +136,7 @@ def test_a_helper_that_dies_in_the_middle_of_a_sync_leaves_every_file_extracted_
 def test_a_sync_of_many_files_takes_the_helpers_answers(ctx, tmp_path: Path) -> None:
     folder = firm_folder(tmp_path, copies=2)
     files = 2 * len(list(FIRM_DOCUMENTS.glob("*.txt")))
-    assert files >= RULES_AHEAD_MIN_FILES
+    assert files >= LONG_SYNC_FILES
     ctx.rules_helper = ready_helper(ctx.settings.database_url)
 
     summary = sync_folder(ctx, folder, "akten")
@@ -145,7 +145,7 @@ def test_a_sync_of_many_files_takes_the_helpers_answers(ctx, tmp_path: Path) -> 
     assert ctx.rules_helper.taken > 0, "the helper ran along, but the sync computed every answer itself"
 
 
-@pytest.mark.parametrize("files", [RULES_AHEAD_MIN_FILES - 1])
+@pytest.mark.parametrize("files", [LONG_SYNC_FILES - 1])
 def test_a_small_sync_starts_no_helper(ctx, tmp_path: Path, files: int) -> None:
     folder = tmp_path / "wenige"
     folder.mkdir()
