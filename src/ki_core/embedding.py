@@ -315,12 +315,17 @@ def _word_features(word: str) -> list[str]:
     return ["w:" + word, *("c:" + padded[i : i + 3] for i in range(len(padded) - 2))]
 
 
-def _word_slots(word: str, dimensions: int) -> np.ndarray:
-    """Where one word's features land: bucket `b` for a minus sign, `dimensions + b` for a plus
-    (one signed slot per feature lets a text's vector be a single bincount)."""
-    codes = np.array([_feature_code(f) for f in _word_features(word)], dtype=np.uint64)
-    buckets = (codes % np.uint64(dimensions)).astype(np.intp)
-    return buckets + np.where(codes >> np.uint64(63), dimensions, 0)
+def _words_slots(words: Sequence[str], dimensions: int) -> list[np.ndarray]:
+    """Where each word's features land: bucket `b` for a minus sign, `dimensions + b` for a plus
+    (one signed slot per feature lets a text's vector be a single bincount).
+
+    All words in one array pass: a new word costs its hashes and a slice, not five small numpy
+    calls (which were most of a cold ingest's embedding time).
+    """
+    features = [_word_features(word) for word in words]
+    codes = np.fromiter((_feature_code(f) for word in features for f in word), dtype=np.uint64)
+    slots = (codes % np.uint64(dimensions)).astype(np.intp) + np.where(codes >> np.uint64(63), dimensions, 0)
+    return np.split(slots, np.cumsum([len(word) for word in features[:-1]]))
 
 
 @lru_cache(maxsize=200_000)
@@ -351,28 +356,30 @@ class HashingEmbedder:
         return text
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        words = [_WORD.findall(text.lower()) for text in texts]
+        self._remember(words)
         rows = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        for row, text in zip(rows, texts, strict=True):
-            self._accumulate(row, text)
+        for row, text_words in zip(rows, words, strict=True):
+            self._accumulate(row, text_words)
         return unit_rows(rows)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_passages([text])[0]
 
-    def _accumulate(self, row: np.ndarray, text: str) -> None:
-        words = _WORD.findall(text.lower())
+    def _accumulate(self, row: np.ndarray, words: list[str]) -> None:
         if not words:
             return
         known = self._slots
-        if len(known) > WORD_CACHE_SIZE:
-            known.clear()
-        slots = np.concatenate([known.get(word) if word in known else self._remember(word) for word in words])
-        counts = np.bincount(slots, minlength=2 * self.dimensions)
+        counts = np.bincount(np.concatenate([known[word] for word in words]), minlength=2 * self.dimensions)
         row += counts[self.dimensions :] - counts[: self.dimensions]
 
-    def _remember(self, word: str) -> np.ndarray:
-        slots = self._slots[word] = _word_slots(word, self.dimensions)
-        return slots
+    def _remember(self, texts_words: list[list[str]]) -> None:
+        """Every word of the texts has its slots after this (the new ones computed together)."""
+        if len(self._slots) > WORD_CACHE_SIZE:
+            self._slots.clear()
+        new = [word for word in dict.fromkeys(w for words in texts_words for w in words) if word not in self._slots]
+        if new:
+            self._slots.update(zip(new, _words_slots(new, self.dimensions), strict=True))
 
 
 # ------------------------------------------------------------------ gateway

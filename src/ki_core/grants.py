@@ -15,6 +15,7 @@ replaces only what it mirrored (its source's name as origin, its source id).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -117,12 +118,17 @@ def current_access_generation(session: Session) -> int:
     return int(value or 0)
 
 
-def bump_access_generation(session: Session) -> int:
+def bump_access_generation(session: Session) -> int | None:
     """Increment the counter in the caller's transaction; call it after ANY access change.
 
     Grants, memberships, aliases and observations (added, deleted, retired)
     all count: a cached scope of the old generation is then never served.
+    Inside `bumped_once` only the first call in the transaction bumps (None for the others).
     """
+    once = session.info.get(_BUMP_ONCE)
+    transaction = session.get_nested_transaction() or session.get_transaction()
+    if once is not None and once.get("in") is transaction is not None and transaction.is_active:
+        return None
     stmt = (
         update(AccessGeneration)
         .where(AccessGeneration.id == 1)
@@ -136,7 +142,31 @@ def bump_access_generation(session: Session) -> int:
     if value is None:
         connection.execute(insert(AccessGeneration).values(id=1, generation=1))
         value = 1
+    if once is not None:
+        # session.connection() began the transaction if there was none.
+        once["in"] = session.get_nested_transaction() or session.get_transaction()
     return int(value)
+
+
+@contextmanager
+def bumped_once(session: Session) -> Iterator[None]:
+    """Inside, many access changes in one transaction bump the generation once: for a writer
+    that reads no scope before it commits (a batch of files ingested in one transaction).
+
+    The changes and the new value become visible together at commit, wherever the bump was.
+    A reader of scopes inside the same transaction would need a bump after each change (a
+    scope compiled between two changes is cached under the generation), so only such a
+    writer uses this. A savepoint rolled back takes its bump with it: the next change bumps again.
+    """
+    session.info[_BUMP_ONCE] = {}
+    try:
+        yield
+    finally:
+        session.info.pop(_BUMP_ONCE, None)
+
+
+# session.info key of `bumped_once`: {"in": the transaction or savepoint that bumped}.
+_BUMP_ONCE = "ki.bump_access_generation_once"
 
 
 # ------------------------------------------------------------ principals

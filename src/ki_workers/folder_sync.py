@@ -42,6 +42,7 @@ from ki_core.models import (
     SourceObject,
 )
 from ki_core.config import Settings
+from ki_core.grants import bumped_once
 from ki_workers.context import WorkerContext
 from ki_workers.sources.local_fs import Manifest, ManifestEntry, document_key, iter_files, load_manifest
 from ki_workers.stages.embed_index import deferred_index_writes, flush_if_waiting
@@ -52,7 +53,7 @@ from ki_workers.stages.record_metadata import (
     flush_extractions_if_waiting,
     link_project_references,
 )
-from ki_workers.stages.rows import get_or_create_project, get_or_create_source
+from ki_workers.stages.rows import get_or_create_project, get_or_create_source, read_batch_rows
 
 MEGABYTE = 1024 * 1024
 
@@ -159,13 +160,17 @@ def ingest_local_objects(
     returning; a file that cannot be read gives its OSError in its place and the others go on."""
     limit = int(ctx.settings.ingest.max_file_mb * MEGABYTE)
     results: list[IngestResult | OSError] = []
-    with ctx.sessions() as session, session.begin():
+    # One generation bump for the batch: nothing in it reads a scope before the commit.
+    with ctx.sessions() as session, session.begin(), bumped_once(session):
         # Both rows in one statement: a round trip less (a millisecond on PostgreSQL).
         source, project = session.execute(
             select(Source, Project).join(Project, Project.id == project_id).where(Source.id == source_id)
         ).one()
         root = Path(source.config["root"])
-        for external_id, entry in files:
+        entries = [(external_id, ManifestEntry.model_validate(entry)) for external_id, entry in files]
+        batch = read_batch_rows(session, source, project, [external_id for external_id, _ in entries],
+                                [document_key(entry) for _, entry in entries])
+        for external_id, entry in entries:
             try:
                 data = _read(root / external_id, limit)
             except OSError as exc:
@@ -173,7 +178,7 @@ def ingest_local_objects(
                 continue
             results.append(ingest_bytes(
                 session, source=source, project=project, external_id=external_id, data=data,
-                entry=ManifestEntry.model_validate(entry), matter_name=matter,
+                entry=entry, matter_name=matter, batch=batch,
             ))
     return results
 

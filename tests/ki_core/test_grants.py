@@ -274,3 +274,25 @@ def test_documents_resolve_by_id_by_key_and_by_project_slash_key(world: World) -
         grants.resolve_document(world.session, "mandant-b/contract.pdf")
     with pytest.raises(UnknownTarget):
         grants.resolve_document(world.session, "x.pdf", project)
+
+
+def test_inside_bumped_once_a_transaction_bumps_the_generation_once_and_again_after_a_rolled_back_savepoint(
+    db_session: Session,
+) -> None:
+    before = grants.current_access_generation(db_session)
+    with grants.bumped_once(db_session):
+        grants.bump_access_generation(db_session)
+        grants.bump_access_generation(db_session)
+        assert grants.current_access_generation(db_session) == before + 1
+        savepoint = db_session.begin_nested()
+        grants.bump_access_generation(db_session)
+        assert grants.current_access_generation(db_session) == before + 2
+        savepoint.rollback()
+        assert grants.current_access_generation(db_session) == before + 1
+        # The savepoint's bump went with it: the next change in the transaction bumps again.
+        grants.bump_access_generation(db_session)
+        assert grants.current_access_generation(db_session) == before + 2
+    # Outside, every change bumps.
+    grants.bump_access_generation(db_session)
+    grants.bump_access_generation(db_session)
+    assert grants.current_access_generation(db_session) == before + 4

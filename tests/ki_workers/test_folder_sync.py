@@ -166,6 +166,62 @@ def test_a_folder_of_small_files_is_ingested_and_extracted_in_batches_not_file_b
     assert len(keys_of_indexed(ctx)) == 12
 
 
+def test_a_batch_of_new_files_is_written_in_multi_row_inserts_and_two_versions_of_one_document_chain(
+    ctx, tmp_path: Path
+) -> None:
+    import json
+
+    from sqlalchemy import event
+
+    from ki_core.grants import current_access_generation
+    from ki_core.models import Relation, RelationKind, SourceObservation
+
+    folder = tmp_path / "vermerke"
+    folder.mkdir()
+    for n in range(10):
+        (folder / f"vermerk-{n:02d}.txt").write_text(f"Vermerk {n} zur Besprechung mit der Mandantin.", encoding="utf-8")
+    # Two files of one document, draft then final, in the same batch as the others.
+    (folder / "vertrag-entwurf.txt").write_text("Mietvertrag Entwurf über die Gewerberäume.", encoding="utf-8")
+    (folder / "vertrag-final.txt").write_text("Mietvertrag über die Gewerberäume, unterschrieben.", encoding="utf-8")
+    (folder / "ki-manifest.json").write_text(json.dumps({"files": [
+        {"path": "vertrag-entwurf.txt", "document": "mietvertrag", "status": "draft"},
+        {"path": "vertrag-final.txt", "document": "mietvertrag", "status": "final"},
+    ]}), encoding="utf-8")
+    statements: list[str] = []
+
+    def record(_conn, _cursor, statement, *_args) -> None:
+        statements.append(" ".join(statement.split()[:3]).upper())
+
+    with ctx.sessions() as session:
+        before = current_access_generation(session)
+    event.listen(ctx.engine, "before_cursor_execute", record)
+    try:
+        summary = sync_folder(ctx, folder, "vermerke")
+    finally:
+        event.remove(ctx.engine, "before_cursor_execute", record)
+
+    assert summary.outcomes == {"new": 12}
+    # The final version's file reads its document's versions (the draft's), which flushes the eleven
+    # files before it: two multi-row INSERTs per table for twelve files, not twelve.
+    for table in ("SOURCE_OBJECTS", "DOCUMENTS", "DOCUMENT_VERSIONS", "SOURCE_OBSERVATIONS"):
+        assert statements.count(f"INSERT INTO {table}") <= 2, f"multi-row INSERTs into {table} for the batch"
+    with ctx.sessions() as session:
+        document = session.scalar(select(Document).where(Document.key == "mietvertrag"))
+        versions = session.scalars(
+            select(DocumentVersion).where(DocumentVersion.document_id == document.id).order_by(DocumentVersion.seq)
+        ).all()
+        assert [v.seq for v in versions] == [1, 2]
+        assert versions[1].previous_version_id == versions[0].id
+        assert document.latest_final_version_id == versions[1].id
+        edge = session.scalar(select(Relation).where(Relation.kind == RelationKind.SUPERSEDES))
+        assert (edge.from_version_id, edge.to_version_id) == (versions[1].id, versions[0].id)
+        assert len(session.scalars(select(SourceObservation)).all()) == 12
+        # The batch's access changes became a new generation (once for the batch, not per file).
+        assert current_access_generation(session) > before
+    assert statements.count("UPDATE ACCESS_GENERATION SET") < 12
+    assert len(keys_of_indexed(ctx)) == 11
+
+
 def test_a_file_that_vanishes_while_its_batch_waits_fails_alone_and_the_others_are_ingested(ctx, tmp_path: Path) -> None:
     folder = tmp_path / "vermerke"
     folder.mkdir()

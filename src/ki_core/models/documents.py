@@ -96,6 +96,12 @@ class Document(Base):
         foreign_keys="DocumentVersion.document_id",
         order_by="DocumentVersion.seq",
     )
+    # Set through this on a document written in the same flush as its version: the row goes in
+    # first and this column follows as one UPDATE for the flush's documents (the two rows refer to
+    # each other). Never loaded (lazy="raise"); read the column.
+    latest_final_version: Mapped[DocumentVersion | None] = relationship(
+        foreign_keys=[latest_final_version_id], post_update=True, lazy="raise",
+    )
 
 
 class DocumentVersion(Base):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import JSON, CheckConstraint, DateTime, ForeignKey, Index, String, Text, func, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from ki_core.models.base import Base, created_at_column, enum_column, id_column
+
+if TYPE_CHECKING:
+    from ki_core.models.documents import DocumentVersion
 
 
 class RelationKind(enum.StrEnum):
@@ -55,6 +59,11 @@ class Relation(Base):
     origin: Mapped[str] = mapped_column(String(200), default="local")
     attributes: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = created_at_column()
+
+    # Never loaded (lazy="raise"): a flush inserts the edge after the versions it joins (a
+    # version chain's or a mail's edge is written with the batch of files it came with).
+    from_version: Mapped[DocumentVersion | None] = relationship(foreign_keys=[from_version_id], lazy="raise")
+    to_version: Mapped[DocumentVersion | None] = relationship(foreign_keys=[to_version_id], lazy="raise")
 
 
 class DecisionRecord(Base):

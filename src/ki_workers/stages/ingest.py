@@ -33,7 +33,7 @@ from ki_core.models import (
 )
 from ki_core.models.base import new_id, utcnow
 from ki_workers.sources.local_fs import ManifestEntry, document_key
-from ki_workers.stages.rows import get_or_create_document, get_or_create_matter, get_or_create_object
+from ki_workers.stages.rows import BatchRows, get_or_create_document, get_or_create_matter, get_or_create_object
 from ki_workers.stages.attachments import (
     ATTACHMENT_ORIGIN,
     MAX_NESTING,
@@ -93,17 +93,20 @@ def ingest_bytes(
     matter_name: str | None = None,
     filename: str | None = None,
     media_type: str | None = None,
+    batch: BatchRows | None = None,
 ) -> IngestResult:
     """Create or reuse the version for `data` as seen at `external_id`; record the observation.
 
     `filename` and `media_type` tell the converter the format when `external_id`
     has no suffix (a DMS object id); by default the external id is the file name.
     A mail's attachments become versions of their own documents, observed at the same object.
+    `batch`: the object and document rows of the transaction's files, read before them.
+    Nothing is flushed here: a batch of files goes out in the flush before the commit.
     """
     # A first sighting (new object, new document: the bulk of an initial load) skips the
     # reads that can only come back empty.
-    obj, new_object = get_or_create_object(session, source, external_id)
-    document, new_document = get_or_create_document(session, project, document_key(entry))
+    obj, new_object = get_or_create_object(session, source, external_id, batch)
+    document, new_document = get_or_create_document(session, project, document_key(entry), batch)
     matter = get_or_create_matter(session, project, entry.matter or matter_name)
     if matter is not None and document.matter_id is None:
         document.matter_id = matter.id
@@ -228,9 +231,9 @@ def _new_version(
 ) -> DocumentVersion:
     """The next version in the document's chain, written now; `first`: the document has none yet.
 
-    `content`: text, media type, language or last error, part of the row's INSERT. Flushed here
-    (with a new document's row, which the documents-versions relationship orders first): the observation and
-    edges that refer to it have no relationship to order them after it.
+    `content`: text, media type, language or last error, part of the row's INSERT. Not flushed:
+    the relationships of observations and edges order their INSERTs after it, so a batch of files
+    goes out in one flush.
     """
     previous = None if first else session.scalar(
         select(DocumentVersion).where(DocumentVersion.document_id == document.id).order_by(DocumentVersion.seq.desc()).limit(1)
@@ -251,7 +254,6 @@ def _new_version(
         access_version=1,
     )
     session.add(version)
-    session.flush()
     if previous is not None:
         session.add(version_relation(RelationKind.SUPERSEDES, version, previous, origin="version_chain"))
     return version
@@ -278,8 +280,6 @@ def observe(
     `new_object`: created in this transaction, so it has no observations to read. `created`: versions
     written in this transaction, whose rows were inserted with this first access change counted.
     """
-    if obj in session.new:
-        session.flush()  # the observations refer to it, and no relationship orders their INSERTs after its
     wanted = {version.id: version for version in versions}
     retired: list[str] = []
     current: dict[str, SourceObservation] = {}
@@ -313,7 +313,6 @@ def observe(
         version.access_version = DocumentVersion.access_version + 1
     if touched or retired:
         retire_access_versions(session, retired)
-    session.flush()
     return touched, tuple(retired)
 
 
@@ -337,9 +336,9 @@ def refresh_latest_final(session: Session, document: Document, *, only: Document
     `only`: the document's one version, converted now (a first sighting), so there is nothing to read.
     """
     if only is not None:
-        # Written by the transaction's next flush: nothing reads it before.
-        document.latest_final_version_id = only.id if only.status in FINAL_STATUSES else None
-        return document.latest_final_version_id
+        # Written by the transaction's next flush, after both rows (post_update): nothing reads it before.
+        document.latest_final_version = only if only.status in FINAL_STATUSES else None
+        return only.id if only.status in FINAL_STATUSES else None
     latest = session.scalar(
         select(DocumentVersion.id)
         .where(

@@ -7,6 +7,9 @@ helpers and not on another stage.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -46,32 +49,91 @@ def get_or_create_source(session: Session, name: str, kind: SourceKind, config: 
     return source
 
 
-def get_or_create_object(session: Session, source: Source, external_id: str) -> tuple[SourceObject, bool]:
-    """The object, seen now; and whether it was created (then it has no observations yet)."""
-    obj = session.scalar(
+@dataclass
+class BatchRows:
+    """The objects and documents a batch of files names, read in two statements before the batch.
+
+    A name the read did not find is new: its row is created without a read of its own (on an
+    initial load, two SELECTs per file that could only come back empty). Rows created during the
+    batch are added, so a second file of the same document finds the first one's.
+    """
+
+    objects: dict[str, SourceObject | None]
+    documents: dict[str, Document | None]
+
+
+def read_batch_rows(
+    session: Session, source: Source, project: Project, external_ids: Collection[str], keys: Collection[str]
+) -> BatchRows:
+    """The rows that exist among `external_ids` (of `source`) and `keys` (of `project`); None for the others."""
+    objects: dict[str, SourceObject | None] = dict.fromkeys(external_ids)
+    documents: dict[str, Document | None] = dict.fromkeys(keys)
+    if objects:
+        for obj in session.scalars(select(SourceObject).where(
+            SourceObject.source_id == source.id, in_set(SourceObject.external_id, list(objects))
+        )):
+            objects[obj.external_id] = obj
+    if documents:
+        for document in session.scalars(select(Document).where(
+            Document.project_id == project.id, in_set(Document.key, list(documents))
+        )):
+            documents[document.key] = document
+    return BatchRows(objects, documents)
+
+
+def get_or_create_object(
+    session: Session, source: Source, external_id: str, batch: BatchRows | None = None
+) -> tuple[SourceObject, bool]:
+    """The object, seen now; and whether it was created (then it has no observations yet).
+
+    `batch`: read before, for the names it holds.
+    """
+    known = batch.objects if batch is not None else None
+    obj = known[external_id] if _was_read(known, external_id) else session.scalar(
         select(SourceObject).where(SourceObject.source_id == source.id, SourceObject.external_id == external_id)
     )
     if obj is None:
-        # Written with the version's flush that follows (observe makes sure, before its observations).
+        # Written with the batch's flush (the observations' relationship orders it before them).
         obj = SourceObject(id=new_id(), source_id=source.id, external_id=external_id, title=external_id,
                            last_seen_at=utcnow())
         session.add(obj)
+        _remember(known, external_id, obj)
         return obj, True
     obj.last_seen_at = utcnow()
     obj.deleted_at = None
     return obj, False
 
 
-def get_or_create_document(session: Session, project: Project, key: str) -> tuple[Document, bool]:
-    """The document; and whether it was created (then it has no versions yet)."""
-    document = session.scalar(select(Document).where(Document.project_id == project.id, Document.key == key))
+def get_or_create_document(
+    session: Session, project: Project, key: str, batch: BatchRows | None = None
+) -> tuple[Document, bool]:
+    """The document; and whether it was created (then it has no versions yet).
+
+    `batch`: read before, for the keys it holds.
+    """
+    known = batch.documents if batch is not None else None
+    document = known[key] if _was_read(known, key) else session.scalar(
+        select(Document).where(Document.project_id == project.id, Document.key == key)
+    )
     if document is None:
         # Not flushed here: with its id set, its INSERT goes out with its first version's and
         # carries the title and matter that ingest sets next (no UPDATE of a row just written).
         document = Document(id=new_id(), project_id=project.id, key=key, identifiers=[])
         session.add(document)
+        _remember(known, key, document)
         return document, True
     return document, False
+
+
+def _was_read(known: dict | None, name: str) -> bool:
+    """The batch read this name before (its row, or None: new)."""
+    return known is not None and name in known
+
+
+def _remember(known: dict | None, name: str, row: object) -> None:
+    """A row created now is what the batch's next file of that name finds."""
+    if _was_read(known, name):
+        known[name] = row
 
 
 def version_and_document(session: Session, version_id: str) -> tuple[DocumentVersion | None, Document | None]:
