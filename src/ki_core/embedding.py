@@ -356,30 +356,30 @@ class HashingEmbedder:
         return text
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """All texts' signed slots counted in one bincount, each text's in its own stretch of bins."""
         words = [_WORD.findall(text.lower()) for text in texts]
         self._remember(words)
-        rows = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        for row, text_words in zip(rows, words, strict=True):
-            self._accumulate(row, text_words)
-        return unit_rows(rows)
+        known, width = self._slots, 2 * self.dimensions
+        slots = [np.concatenate([known[word] for word in text_words]) if text_words else _NO_SLOTS
+                 for text_words in words]
+        stretch = np.repeat(np.arange(len(texts), dtype=np.intp) * width, [len(part) for part in slots])
+        flat = np.concatenate(slots) if slots else _NO_SLOTS
+        counts = np.bincount(flat + stretch, minlength=len(texts) * width).reshape(len(texts), width)
+        return unit_rows((counts[:, self.dimensions :] - counts[:, : self.dimensions]).astype(np.float32))
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_passages([text])[0]
-
-    def _accumulate(self, row: np.ndarray, words: list[str]) -> None:
-        if not words:
-            return
-        known = self._slots
-        counts = np.bincount(np.concatenate([known[word] for word in words]), minlength=2 * self.dimensions)
-        row += counts[self.dimensions :] - counts[: self.dimensions]
 
     def _remember(self, texts_words: list[list[str]]) -> None:
         """Every word of the texts has its slots after this (the new ones computed together)."""
         if len(self._slots) > WORD_CACHE_SIZE:
             self._slots.clear()
-        new = [word for word in dict.fromkeys(w for words in texts_words for w in words) if word not in self._slots]
+        new = list(set().union(*texts_words).difference(self._slots))
         if new:
             self._slots.update(zip(new, _words_slots(new, self.dimensions), strict=True))
+
+
+_NO_SLOTS = np.zeros(0, dtype=np.intp)
 
 
 # ------------------------------------------------------------------ gateway

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ki_core.models import Chunk, ChunkKind, DocumentVersion, ProcessingState
 from ki_core.search.index import IndexOp
@@ -82,3 +82,41 @@ def test_a_batch_that_fails_leaves_its_versions_to_be_done_again(ctx, folder: Pa
     assert set(_states(ctx).values()) == {ProcessingState.INDEXED, ProcessingState.FAILED}
     ctx.index().refresh()
     assert ctx.index().count() == len(_rows(ctx)) > 0
+
+
+def test_waiting_drafts_are_embedded_once_they_hold_enough_chunks_while_their_index_write_still_waits(
+    ctx, tmp_path: Path, monkeypatch
+) -> None:
+    from ki_workers.stages import embed_index
+
+    monkeypatch.setattr(embed_index, "DEFERRED_MAX_WAIT_SECONDS", 600.0)  # only the chunk count decides here
+    folder = tmp_path / "gutachten"
+    folder.mkdir()
+    paragraph = "Der Sachverständige stellt fest, dass die Abdichtung des Kellers nicht den Regeln der Technik entspricht. "
+    for n in range(8):  # some 35 chunks each: no file alone reaches the count, eight together do
+        (folder / f"gutachten-{n}.txt").write_text(
+            "\n\n".join(f"Abschnitt {n}.{k}\n{paragraph * 9}" for k in range(40)), encoding="utf-8")
+    sync_folder(ctx, folder, "gutachten")
+    with ctx.sessions() as session:
+        chunks = dict(session.execute(
+            select(Chunk.version_id, func.count()).group_by(Chunk.version_id).order_by(Chunk.version_id)
+        ).all())
+    version_ids = list(chunks)
+    assert all(count <= embed_index.DEFERRED_MAX_CHUNKS for count in chunks.values())
+    assert sum(chunks.values()) >= embed_index.DEFERRED_EMBED_CHUNKS
+    counter = CallCounter(ctx)
+
+    calls_after: list[int] = []
+    with deferred_index_writes(ctx):
+        for version_id in version_ids:
+            tasks.chunk_embed.delay(version_id).get()
+            calls_after.append(counter.calls)
+        still_waiting = set(ctx.pending_versions)
+
+    reached = next(n for n in range(len(version_ids))
+                   if sum(chunks[v] for v in version_ids[: n + 1]) >= embed_index.DEFERRED_EMBED_CHUNKS)
+    assert calls_after[:reached] == [0] * reached, "below the count, the drafts wait"
+    assert calls_after[reached] == 1, "at the count, the waiting drafts are embedded in one call"
+    assert still_waiting == set(version_ids), "the index write waits for the shared commit"
+    ctx.index().refresh()
+    assert ctx.index().count() == len(_rows(ctx))

@@ -219,18 +219,23 @@ def resolve_media_type(filename: str, media_type: str | None) -> str:
 # Controls (tab, newline and the line breaks aside), soft hyphens and zero-width marks. A regex,
 # not str.translate with a table: translate looks every character up in a dict, 5 % of an ingest.
 _DROPPED_CHARS = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\u00ad\u200b-\u200d\u2060\ufeff]+")
-_LINE_BREAKS = re.compile(r"\r\n|[\r\x0c\u2028\u2029\x85]")
-_HORIZONTAL_SPACE = re.compile(r"[^\S\n]+")
+_OTHER_LINE_BREAKS = ("\r", "\x0c", "\u2028", "\u2029", "\x85")
+# Horizontal whitespace other than a lone space: a lone space is what it becomes, and replacing
+# each of a text's spaces by itself was most of the time the normalization took.
+_HORIZONTAL_SPACE = re.compile(r" [^\S\n]+|[^\S\n ][^\S\n]*")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
 
 def normalize_text(text: str) -> str:
     """NFC, `\\n` only, single spaces, no blank line runs; soft hyphens and controls dropped."""
-    text = unicodedata.normalize("NFC", text)
-    text = _DROPPED_CHARS.sub("", _LINE_BREAKS.sub("\n", text))
+    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n")
+    for line_break in _OTHER_LINE_BREAKS:
+        if line_break in text:
+            text = text.replace(line_break, "\n")
+    text = _DROPPED_CHARS.sub("", text)
     text = _HORIZONTAL_SPACE.sub(" ", text)
     text = "\n".join(line.strip() for line in text.split("\n"))
-    return _BLANK_RUNS.sub("\n\n", text).strip()
+    return (_BLANK_RUNS.sub("\n\n", text) if "\n\n\n" in text else text).strip()
 
 
 def decode_text(data: bytes) -> str:

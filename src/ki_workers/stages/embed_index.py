@@ -170,6 +170,10 @@ class VersionDrafts:
 # in steps its watcher sees. Hashing, 75 files: one call and one transaction per file cost more
 # than the embedder itself.
 DEFERRED_MAX_CHUNKS = 64
+# ...and the waiting drafts are embedded and stored once they hold this many chunks; only their
+# index write waits for the shared commit. So the embedding runs between batches of files, while
+# a helper runs the metadata rules on the next ones (stages.rules_ahead), not all at the end.
+DEFERRED_EMBED_CHUNKS = 256
 
 
 def embed_version(ctx: WorkerContext, version_id: str) -> EmbedResult:
@@ -195,6 +199,8 @@ def embed_versions(ctx: WorkerContext, version_ids: list[str]) -> Iterator[Embed
         elif ctx.pending_versions is not None and len(item.drafts) <= DEFERRED_MAX_CHUNKS:
             ctx.pending_drafts.append(item)
             yield EmbedResult(version_id, len(item.drafts), ())
+            if sum(len(waiting.drafts) for waiting in ctx.pending_drafts) >= DEFERRED_EMBED_CHUNKS:
+                store_waiting_embeddings(ctx)
         else:
             watcher = ctx.embed_progress
             progress = (lambda done, total, of=version_id: watcher(of, done, total)) if watcher else None
@@ -509,15 +515,21 @@ def flush_if_waiting(ctx: WorkerContext, *, before_long_work: bool = False) -> N
 def flush_deferred_index_writes(ctx: WorkerContext) -> None:
     """Store the waiting drafts' chunk rows, then write the waiting versions to the index (in that order:
     the index is written from the stored rows)."""
-    drafted, ctx.pending_drafts = ctx.pending_drafts, []
-    for result in store_embeddings(ctx, drafted) if drafted else ():
-        ctx.pending_deletes.extend(result.removed_chunk_ids)
+    store_waiting_embeddings(ctx)
     versions, deletes = ctx.pending_versions or [], ctx.pending_deletes
     ctx.pending_since = None
     if not versions and not deletes:
         return
     ctx.pending_versions, ctx.pending_deletes = [], []
     _write_index(ctx, list(dict.fromkeys(versions)), tuple(deletes))
+
+
+def store_waiting_embeddings(ctx: WorkerContext) -> None:
+    """Embed the waiting drafts and store their chunk rows; the chunks they replace leave the index
+    with the waiting write."""
+    drafted, ctx.pending_drafts = ctx.pending_drafts, []
+    for result in store_embeddings(ctx, drafted) if drafted else ():
+        ctx.pending_deletes.extend(result.removed_chunk_ids)
 
 
 def _write_index(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...]) -> IndexPlan:

@@ -77,23 +77,28 @@ def record_metadata_many(
     return recorded
 
 
-# Inside deferred_extractions, this many versions share one transaction, and none waits longer
-# than this before it is extracted (and handed on to be embedded and indexed).
+# Inside deferred_extractions, this many versions share one transaction (with a helper: this many
+# it has answered), and none waits longer than this before it is extracted (and handed on to be
+# embedded and indexed).
 EXTRACTIONS_PER_BATCH = 64
 EXTRACTION_MAX_WAIT_SECONDS = 1.0
 
 
 @dataclass
 class ExtractionBatch:
-    """The versions waiting for one extraction transaction, since when the oldest waits, and what
-    takes their ids next; `ahead`, when a helper runs the rules for them meanwhile."""
+    """The versions waiting for one extraction transaction, each with when it began to wait, and
+    what takes their ids next; `ahead`, when a helper runs the rules for them meanwhile."""
 
     hand_on: Callable[[list[str]], None]
     ahead: RulesAhead | None = None
-    waiting: list[str] = field(default_factory=list)
-    since: float | None = None
+    # In the order ingested (a document's later version is recorded after its earlier one).
+    waiting: dict[str, float] = field(default_factory=dict)
     # False inside extracting_at_once: a version is extracted when it is ingested.
     deferring: bool = True
+
+    def waited_seconds(self) -> float:
+        """How long the oldest waiting version has waited."""
+        return time.monotonic() - next(iter(self.waiting.values()), time.monotonic())
 
 
 @contextmanager
@@ -150,32 +155,43 @@ def defer_extraction(ctx: WorkerContext, version_id: str) -> bool:
     batch = ctx.extraction_batch
     if batch is None or not batch.deferring:
         return False
-    batch.waiting.append(version_id)
-    if batch.since is None:
-        batch.since = time.monotonic()
+    batch.waiting.setdefault(version_id, time.monotonic())
     if batch.ahead is not None:
         batch.ahead.start(version_id)
     return True
 
 
 def flush_extractions_if_waiting(ctx: WorkerContext, *, before_long_work: bool = False) -> None:
-    """Record the waiting batch when it is full, has waited long enough, or a large file is next."""
+    """Record the waiting batch when it is full, has waited long enough, or a large file is next.
+
+    With a helper running the rules, full means a batch's worth answered, from the oldest on:
+    those are recorded and the rest waits for the helper (up to the longest wait), so the sync's
+    process does not run the rules on what the helper reaches a moment later. The helper then
+    works through the batch while this process ingests, embeds and indexes.
+    """
     batch = ctx.extraction_batch
     if batch is None or not batch.waiting:
         return
-    full = len(batch.waiting) >= EXTRACTIONS_PER_BATCH
-    waited = time.monotonic() - (batch.since or 0.0) >= EXTRACTION_MAX_WAIT_SECONDS
-    if full or waited or before_long_work:
+    if before_long_work or batch.waited_seconds() >= EXTRACTION_MAX_WAIT_SECONDS:
+        flush_extractions(ctx)
+    elif batch.ahead is not None and batch.ahead.running:
+        answered = batch.ahead.answered_from_front(batch.waiting)
+        if answered >= EXTRACTIONS_PER_BATCH:
+            flush_extractions(ctx, count=answered)
+    elif len(batch.waiting) >= EXTRACTIONS_PER_BATCH:
         flush_extractions(ctx)
 
 
-def flush_extractions(ctx: WorkerContext) -> None:
-    """Hand every waiting version on, in one batch (to record_metadata_many, through its task)."""
+def flush_extractions(ctx: WorkerContext, *, count: int | None = None) -> None:
+    """Hand the waiting versions on (`count`: the oldest so many), in one batch (to
+    record_metadata_many, through its task)."""
     batch = ctx.extraction_batch
     if batch is None or not batch.waiting:
         return
-    version_ids, batch.waiting, batch.since = batch.waiting, [], None
-    batch.hand_on(version_ids)
+    waiting = list(batch.waiting.items())
+    taken = waiting if count is None else waiting[:count]
+    batch.waiting = dict(waiting[len(taken):])
+    batch.hand_on([version_id for version_id, _since in taken])
 
 
 @contextmanager

@@ -153,6 +153,27 @@ class RulesAhead:
         except (OSError, EOFError) as exc:
             self._lost(exc)
 
+    @property
+    def running(self) -> bool:
+        """A helper is started (or will be at the first version) and not known to be gone."""
+        return self._start_helper is not None or (self._helper is not None and self._helper.alive)
+
+    def answered_from_front(self, version_ids: Iterable[str]) -> int:
+        """How many of `version_ids`, from the first on, the helper has answered (it answers in order)."""
+        if self._helper is None:
+            return 0
+        try:
+            self._helper.collect()
+        except (OSError, EOFError) as exc:
+            self._lost(exc)
+            return 0
+        answered = 0
+        for version_id in version_ids:
+            if version_id not in self._helper.arrived:
+                break
+            answered += 1
+        return answered
+
     def answers(self, versions: list[Version], extractor: MetadataExtractor) -> dict[str, Answer]:
         """The rules' answer for each version: the helper's where it read the same text and title,
         else computed here.

@@ -12,7 +12,14 @@ from sqlalchemy import select
 from ki_core.models import Document, DocumentVersion, MetadataArtifact, ProcessingState
 from ki_workers.folder_sync import LONG_SYNC_FILES, ingest_local_objects, register_folder, sync_folder
 from ki_workers.stages.metadata import RuleBasedExtractor
-from ki_workers.stages.record_metadata import record_metadata_many
+from ki_workers.stages.record_metadata import (
+    EXTRACTION_MAX_WAIT_SECONDS,
+    EXTRACTIONS_PER_BATCH,
+    ExtractionBatch,
+    defer_extraction,
+    flush_extractions_if_waiting,
+    record_metadata_many,
+)
 from ki_workers.stages.rules_ahead import RulesAhead, RulesHelper, start_helper
 
 FIRM_DOCUMENTS = Path(__file__).resolve().parents[2] / "fixtures" / "firm-documents"
@@ -157,3 +164,50 @@ def test_a_small_sync_starts_no_helper(ctx, tmp_path: Path, files: int) -> None:
     sync_folder(ctx, folder, "wenige")
 
     assert ctx.rules_helper is None
+
+
+def test_with_a_helper_a_full_batch_records_what_it_answered_from_the_oldest_on_and_the_rest_waits(
+    ctx, tmp_path: Path
+) -> None:
+    version_ids = ingested(ctx, firm_folder(tmp_path, copies=3))
+    assert len(version_ids) > EXTRACTIONS_PER_BATCH
+    helper = ready_helper(ctx.settings.database_url)
+    handed: list[list[str]] = []
+    ahead = RulesAhead(lambda: helper, RuleBasedExtractor().producer)
+    ctx.extraction_batch = ExtractionBatch(handed.append, ahead)
+    try:
+        for version_id in version_ids:
+            defer_extraction(ctx, version_id)
+        # A batch's worth waits, but the helper has just been asked (a few ms a version).
+        flush_extractions_if_waiting(ctx)
+        assert handed == [], "what the helper has not answered yet waits for it"
+        deadline = time.monotonic() + 60
+        while ahead.answered_from_front(ctx.extraction_batch.waiting) < EXTRACTIONS_PER_BATCH:
+            assert time.monotonic() < deadline, "the helper did not answer a batch's worth"
+            time.sleep(0.005)
+        flush_extractions_if_waiting(ctx)
+        assert len(handed) == 1 and len(handed[0]) >= EXTRACTIONS_PER_BATCH
+        assert handed[0] == version_ids[: len(handed[0])], "the oldest first, in order"
+        assert list(ctx.extraction_batch.waiting) == version_ids[len(handed[0]):]
+    finally:
+        ctx.extraction_batch = None
+        helper.close()
+
+
+def test_with_a_helper_a_version_that_waited_the_longest_wait_is_recorded_answered_or_not(
+    ctx, tmp_path: Path
+) -> None:
+    version_ids = ingested(ctx, firm_folder(tmp_path))
+    helper = ready_helper(ctx.settings.database_url)
+    handed: list[list[str]] = []
+    ctx.extraction_batch = ExtractionBatch(handed.append, RulesAhead(lambda: helper, RuleBasedExtractor().producer))
+    try:
+        for version_id in version_ids:
+            defer_extraction(ctx, version_id)
+        long_ago = time.monotonic() - EXTRACTION_MAX_WAIT_SECONDS
+        ctx.extraction_batch.waiting = dict.fromkeys(ctx.extraction_batch.waiting, long_ago)
+        flush_extractions_if_waiting(ctx)
+        assert handed == [version_ids] and not ctx.extraction_batch.waiting
+    finally:
+        ctx.extraction_batch = None
+        helper.close()
