@@ -98,7 +98,20 @@ def warm_up(ctx, folder: Path, sync_folder) -> None:
             f"Az. 4 C {n}/05, vgl. § 573 Abs. 2 BGB.\n", encoding="utf-8"
         )
     sync_folder(ctx, folder, "bench-warm-up")
-    time.sleep(2.0)  # the helper's imports end before the clock starts, not during the run
+    wait_for_the_rules_helper(ctx)
+
+
+def wait_for_the_rules_helper(ctx, timeout: float = 60.0) -> None:
+    """Until the helper has answered a question: its imports end before the clock starts."""
+    helper = ctx.rules_helper
+    if helper is None or not helper.alive:
+        return
+    helper.ask("bench-warm-up-question")
+    deadline = time.monotonic() + timeout
+    while "bench-warm-up-question" not in helper.arrived and time.monotonic() < deadline and helper.alive:
+        helper.collect()
+        time.sleep(0.01)
+    helper.forget(["bench-warm-up-question"])
 
 
 class StatementCount:
