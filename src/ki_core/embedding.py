@@ -315,17 +315,15 @@ def _word_features(word: str) -> list[str]:
     return ["w:" + word, *("c:" + padded[i : i + 3] for i in range(len(padded) - 2))]
 
 
-def _words_slots(words: Sequence[str], dimensions: int) -> list[np.ndarray]:
-    """Where each word's features land: bucket `b` for a minus sign, `dimensions + b` for a plus
-    (one signed slot per feature lets a text's vector be a single bincount).
-
-    All words in one array pass: a new word costs its hashes and a slice, not five small numpy
-    calls (which were most of a cold ingest's embedding time).
+def _words_slots(words: Sequence[str], dimensions: int) -> tuple[np.ndarray, list[int]]:
+    """Where the words' features land, all words' slots in one array, and each word's count of them:
+    bucket `b` for a minus sign, `dimensions + b` for a plus (one signed slot per feature lets a
+    text's vector be a single bincount). One array pass for all new words, not numpy calls per word.
     """
     features = [_word_features(word) for word in words]
     codes = np.fromiter((_feature_code(f) for word in features for f in word), dtype=np.uint64)
     slots = (codes % np.uint64(dimensions)).astype(np.intp) + np.where(codes >> np.uint64(63), dimensions, 0)
-    return np.split(slots, np.cumsum([len(word) for word in features[:-1]]))
+    return slots, [len(word) for word in features]
 
 
 @lru_cache(maxsize=200_000)
@@ -345,8 +343,12 @@ class HashingEmbedder:
     def __init__(self, *, dimensions: int = 384, model: str = "hashing"):
         self.dimensions = dimensions
         self.model = model
-        # Words repeat, so each is hashed once (a blake2b per feature was most of an ingest's CPU).
-        self._slots: dict[str, np.ndarray] = {}
+        # Words repeat, so each is hashed once (a blake2b per feature was most of an ingest's CPU):
+        # word -> its number; the numbered words' slots, one after the other; where each begins; how many.
+        self._word_numbers: dict[str, int] = {}
+        self._slots = np.zeros(0, dtype=np.intp)
+        self._starts = np.zeros(0, dtype=np.intp)
+        self._counts = np.zeros(0, dtype=np.intp)
 
     @property
     def signature(self) -> str:
@@ -356,30 +358,38 @@ class HashingEmbedder:
         return text
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        """All texts' signed slots counted in one bincount, each text's in its own stretch of bins."""
+        """All texts' words gathered at once, their slots counted in one bincount with each text's in
+        its own stretch of bins (no numpy call per word or per text)."""
         words = [_WORD.findall(text.lower()) for text in texts]
         self._remember(words)
-        known, width = self._slots, 2 * self.dimensions
-        slots = [np.concatenate([known[word] for word in text_words]) if text_words else _NO_SLOTS
-                 for text_words in words]
-        stretch = np.repeat(np.arange(len(texts), dtype=np.intp) * width, [len(part) for part in slots])
-        flat = np.concatenate(slots) if slots else _NO_SLOTS
-        counts = np.bincount(flat + stretch, minlength=len(texts) * width).reshape(len(texts), width)
-        return unit_rows((counts[:, self.dimensions :] - counts[:, : self.dimensions]).astype(np.float32))
+        numbers = self._word_numbers
+        word_numbers = np.fromiter((numbers[word] for text_words in words for word in text_words), dtype=np.intp,
+                                   count=sum(map(len, words)))
+        counts = self._counts[word_numbers]
+        firsts = np.cumsum(counts) - counts  # where each word's slots go in the gathered array
+        gathered = self._slots[np.repeat(self._starts[word_numbers] - firsts, counts) + np.arange(counts.sum())]
+        width = 2 * self.dimensions
+        text_of_word = np.repeat(np.arange(len(texts), dtype=np.intp), [len(text_words) for text_words in words])
+        bins = np.bincount(gathered + np.repeat(text_of_word * width, counts), minlength=len(texts) * width)
+        bins = bins.reshape(len(texts), width)
+        return unit_rows((bins[:, self.dimensions :] - bins[:, : self.dimensions]).astype(np.float32))
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_passages([text])[0]
 
     def _remember(self, texts_words: list[list[str]]) -> None:
-        """Every word of the texts has its slots after this (the new ones computed together)."""
-        if len(self._slots) > WORD_CACHE_SIZE:
-            self._slots.clear()
-        new = list(set().union(*texts_words).difference(self._slots))
-        if new:
-            self._slots.update(zip(new, _words_slots(new, self.dimensions), strict=True))
-
-
-_NO_SLOTS = np.zeros(0, dtype=np.intp)
+        """Every word of the texts is numbered, with its slots kept, after this (the new ones computed together)."""
+        if len(self._word_numbers) > WORD_CACHE_SIZE:
+            self.__init__(dimensions=self.dimensions, model=self.model)
+        new = list(set().union(*texts_words).difference(self._word_numbers))
+        if not new:
+            return
+        slots, counts = _words_slots(new, self.dimensions)
+        first = len(self._word_numbers)
+        self._word_numbers.update(zip(new, range(first, first + len(new)), strict=True))
+        self._starts = np.concatenate([self._starts, len(self._slots) + np.cumsum(counts) - counts])
+        self._counts = np.concatenate([self._counts, np.asarray(counts, dtype=np.intp)])
+        self._slots = np.concatenate([self._slots, slots])
 
 
 # ------------------------------------------------------------------ gateway

@@ -173,7 +173,7 @@ DEFERRED_MAX_CHUNKS = 64
 # ...and the waiting drafts are embedded and stored once they hold this many chunks; only their
 # index write waits for the shared commit. So the embedding runs between batches of files, while
 # a helper runs the metadata rules on the next ones (stages.rules_ahead), not all at the end.
-DEFERRED_EMBED_CHUNKS = 256
+DEFERRED_EMBED_CHUNKS = 128
 
 
 def embed_version(ctx: WorkerContext, version_id: str) -> EmbedResult:

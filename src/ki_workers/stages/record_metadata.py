@@ -123,7 +123,7 @@ def deferred_extractions(
     finally:
         batch = ctx.extraction_batch
         try:
-            flush_extractions(ctx)
+            flush_all_extractions(ctx)
         finally:
             ctx.extraction_batch = None
             if batch.ahead is not None:
@@ -180,6 +180,20 @@ def flush_extractions_if_waiting(ctx: WorkerContext, *, before_long_work: bool =
             flush_extractions(ctx, count=answered)
     elif len(batch.waiting) >= EXTRACTIONS_PER_BATCH:
         flush_extractions(ctx)
+
+
+# At the end, the helper's answers are recorded first (their embedding runs while it answers the
+# rest) as long as it has this many ready; fewer, and this process runs the rules on the rest too.
+EXTRACTIONS_AT_THE_END_MIN = 8
+
+
+def flush_all_extractions(ctx: WorkerContext) -> None:
+    """Hand on every waiting version: with a helper, what it has answered first, again and again."""
+    batch = ctx.extraction_batch
+    while batch is not None and batch.waiting:
+        running = batch.ahead is not None and batch.ahead.running
+        answered = batch.ahead.answered_from_front(batch.waiting) if running else 0
+        flush_extractions(ctx, count=answered if answered >= EXTRACTIONS_AT_THE_END_MIN else None)
 
 
 def flush_extractions(ctx: WorkerContext, *, count: int | None = None) -> None:
