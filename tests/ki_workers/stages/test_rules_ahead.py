@@ -17,6 +17,7 @@ from ki_workers.stages.record_metadata import (
     EXTRACTIONS_PER_BATCH,
     ExtractionBatch,
     defer_extraction,
+    flush_all_extractions,
     flush_extractions_if_waiting,
     record_metadata_many,
 )
@@ -211,3 +212,25 @@ def test_with_a_helper_a_version_that_waited_the_longest_wait_is_recorded_answer
     finally:
         ctx.extraction_batch = None
         helper.close()
+
+
+def test_at_the_end_what_the_helper_answered_is_handed_on_first_and_then_the_rest_in_order(ctx, tmp_path: Path) -> None:
+    version_ids = ingested(ctx, firm_folder(tmp_path, copies=2))
+    helper = ready_helper(ctx.settings.database_url)
+    handed: list[list[str]] = []
+    ahead = RulesAhead(lambda: helper, RuleBasedExtractor().producer)
+    ctx.extraction_batch = ExtractionBatch(handed.append, ahead)
+    try:
+        for version_id in version_ids:
+            defer_extraction(ctx, version_id)
+        deadline = time.monotonic() + 60
+        while ahead.answered_from_front(ctx.extraction_batch.waiting) < len(version_ids) // 2:
+            assert time.monotonic() < deadline, "the helper did not answer half the versions"
+            time.sleep(0.005)
+        flush_all_extractions(ctx)
+    finally:
+        ctx.extraction_batch = None
+        helper.close()
+
+    assert len(handed[0]) >= len(version_ids) // 2, "first what the helper had answered"
+    assert [version_id for part in handed for version_id in part] == version_ids, "then the rest, all, in order"
