@@ -31,13 +31,9 @@ class WorkerContext:
     _embedder: Embedder | None = None
     _extractor: object | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    # Versions waiting for one shared index write (see stages.embed_index.deferred_index_writes);
-    # None when every version is written at once. pending_since: when the oldest one began waiting.
-    pending_versions: list[str] | None = None
-    pending_deletes: list[int] = field(default_factory=list)
-    pending_since: float | None = None
-    # Chunk drafts (stages.embed_index.VersionDrafts) waiting to be embedded and stored with that write.
-    pending_drafts: list = field(default_factory=list)
+    # The versions and drafts waiting for one shared index write, a stage's own state
+    # (stages.embed_index.IndexWrites); None when every version is written at once.
+    index_writes: Any = None
     # The versions waiting to be extracted in one transaction, a stage's own state
     # (stages.record_metadata.ExtractionBatch); None when each is extracted at once.
     extraction_batch: Any = None

@@ -91,7 +91,7 @@ def extract_metadata(version_id: str) -> str:
     if defer_extraction(ctx, version_id):  # in-process batch work: recorded with others, then handed on
         return version_id
     with ctx.sessions() as session, session.begin():
-        record_metadata(session, version_id, ctx.extractor(), link_now=ctx.pending_versions is None)
+        record_metadata(session, version_id, ctx.extractor(), link_now=ctx.index_writes is None)
     chunk_embed.delay(version_id)
     return version_id
 

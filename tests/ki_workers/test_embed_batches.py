@@ -111,7 +111,7 @@ def test_waiting_drafts_are_embedded_once_they_hold_enough_chunks_while_their_in
         for version_id in version_ids:
             tasks.chunk_embed.delay(version_id).get()
             calls_after.append(counter.calls)
-        still_waiting = set(ctx.pending_versions)
+        still_waiting = set(ctx.index_writes.versions)
 
     reached = next(n for n in range(len(version_ids))
                    if sum(chunks[v] for v in version_ids[: n + 1]) >= embed_index.DEFERRED_EMBED_CHUNKS)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from sqlalchemy import Row, delete, func, select, update
@@ -196,10 +196,10 @@ def embed_versions(ctx: WorkerContext, version_ids: list[str]) -> Iterator[Embed
         item = drafted.get(version_id)
         if item is None:
             yield EmbedResult(version_id, 0, ())
-        elif ctx.pending_versions is not None and len(item.drafts) <= DEFERRED_MAX_CHUNKS:
-            ctx.pending_drafts.append(item)
+        elif ctx.index_writes is not None and len(item.drafts) <= DEFERRED_MAX_CHUNKS:
+            ctx.index_writes.drafts.append(item)
             yield EmbedResult(version_id, len(item.drafts), ())
-            if sum(len(waiting.drafts) for waiting in ctx.pending_drafts) >= DEFERRED_EMBED_CHUNKS:
+            if sum(len(waiting.drafts) for waiting in ctx.index_writes.drafts) >= DEFERRED_EMBED_CHUNKS:
                 store_waiting_embeddings(ctx)
         else:
             watcher = ctx.embed_progress
@@ -464,6 +464,17 @@ DEFERRED_VERSIONS_PER_WRITE = 256
 DEFERRED_MAX_WAIT_SECONDS = 2.0
 
 
+@dataclass
+class IndexWrites:
+    """The versions waiting for one shared index write, the chunk ids it deletes, since when the
+    oldest waits, and the chunk drafts to embed and store before it (the write reads stored rows)."""
+
+    versions: list[str] = field(default_factory=list)
+    deletes: list[int] = field(default_factory=list)
+    since: float | None = None
+    drafts: list[VersionDrafts] = field(default_factory=list)
+
+
 @contextmanager
 def deferred_index_writes(ctx: WorkerContext) -> Iterator[None]:
     """Collect index writes of many versions and write them in few bulk commits.
@@ -475,14 +486,14 @@ def deferred_index_writes(ctx: WorkerContext) -> Iterator[None]:
     with `flush_if_waiting`), and at the end. Watermarks are recorded only
     after the write, so a crash or Ctrl-C repeats work, never skips it.
     """
-    ctx.pending_versions, ctx.pending_deletes, ctx.pending_since, ctx.pending_drafts = [], [], None, []
+    ctx.index_writes = IndexWrites()
     try:
         yield
     finally:
         try:
             flush_deferred_index_writes(ctx)
         finally:
-            ctx.pending_versions, ctx.pending_drafts = None, []
+            ctx.index_writes = None
 
 
 def index_versions(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...] = ()) -> IndexPlan | None:
@@ -490,12 +501,13 @@ def index_versions(ctx: WorkerContext, version_ids: list[str], extra_deletes: tu
 
     Inside `deferred_index_writes(ctx)` the versions wait for a shared write.
     """
-    if ctx.pending_versions is not None:
-        ctx.pending_versions.extend(version_ids)
-        ctx.pending_deletes.extend(extra_deletes)
-        if ctx.pending_since is None:
-            ctx.pending_since = time.monotonic()
-        if len(ctx.pending_versions) >= DEFERRED_VERSIONS_PER_WRITE:
+    writes = ctx.index_writes
+    if writes is not None:
+        writes.versions.extend(version_ids)
+        writes.deletes.extend(extra_deletes)
+        if writes.since is None:
+            writes.since = time.monotonic()
+        if len(writes.versions) >= DEFERRED_VERSIONS_PER_WRITE:
             flush_deferred_index_writes(ctx)
         else:
             flush_if_waiting(ctx)
@@ -506,30 +518,35 @@ def index_versions(ctx: WorkerContext, version_ids: list[str], extra_deletes: tu
 def flush_if_waiting(ctx: WorkerContext, *, before_long_work: bool = False) -> None:
     """Write the waiting versions when the oldest waited long enough, or at once before long work
     (a big file next): nothing already done should wait for it."""
-    if ctx.pending_since is None:
+    writes = ctx.index_writes
+    if writes is None or writes.since is None:
         return
-    if before_long_work or time.monotonic() - ctx.pending_since >= DEFERRED_MAX_WAIT_SECONDS:
+    if before_long_work or time.monotonic() - writes.since >= DEFERRED_MAX_WAIT_SECONDS:
         flush_deferred_index_writes(ctx)
 
 
 def flush_deferred_index_writes(ctx: WorkerContext) -> None:
     """Store the waiting drafts' chunk rows, then write the waiting versions to the index (in that order:
     the index is written from the stored rows)."""
-    store_waiting_embeddings(ctx)
-    versions, deletes = ctx.pending_versions or [], ctx.pending_deletes
-    ctx.pending_since = None
-    if not versions and not deletes:
+    writes = ctx.index_writes
+    if writes is None:
         return
-    ctx.pending_versions, ctx.pending_deletes = [], []
-    _write_index(ctx, list(dict.fromkeys(versions)), tuple(deletes))
+    store_waiting_embeddings(ctx)
+    versions, deletes = writes.versions, writes.deletes
+    writes.versions, writes.deletes, writes.since = [], [], None
+    if versions or deletes:
+        _write_index(ctx, list(dict.fromkeys(versions)), tuple(deletes))
 
 
 def store_waiting_embeddings(ctx: WorkerContext) -> None:
     """Embed the waiting drafts and store their chunk rows; the chunks they replace leave the index
     with the waiting write."""
-    drafted, ctx.pending_drafts = ctx.pending_drafts, []
-    for result in store_embeddings(ctx, drafted) if drafted else ():
-        ctx.pending_deletes.extend(result.removed_chunk_ids)
+    writes = ctx.index_writes
+    if writes is None or not writes.drafts:
+        return
+    drafted, writes.drafts = writes.drafts, []
+    for result in store_embeddings(ctx, drafted):
+        writes.deletes.extend(result.removed_chunk_ids)
 
 
 def _write_index(ctx: WorkerContext, version_ids: list[str], extra_deletes: tuple[int, ...]) -> IndexPlan:
