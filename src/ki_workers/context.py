@@ -29,7 +29,7 @@ class WorkerContext:
     sessions: sessionmaker[Session]
     _index: SearchIndex | None = None
     _embedder: Embedder | None = None
-    _extractor: object | None = None
+    _kept: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # The versions and drafts waiting for one shared index write, a stage's own state
     # (stages.embed_index.IndexWrites); None when every version is written at once.
@@ -67,13 +67,13 @@ class WorkerContext:
                 self._embedder = embedder_from_settings(self.settings)
             return self._embedder
 
-    def extractor(self):
-        from ki_workers.stages.metadata import extractor_from_settings
-
+    def kept(self, key: str, make: Callable[[], Any]) -> Any:
+        """An object a stage makes on first use and the context keeps for its life (the metadata
+        extractor): made once, under the lock. The stage knows how; the context imports no stage."""
         with self._lock:
-            if self._extractor is None:
-                self._extractor = extractor_from_settings(self.settings)
-            return self._extractor
+            if key not in self._kept:
+                self._kept[key] = make()
+            return self._kept[key]
 
     def close_index(self) -> None:
         """Release the index (the embedded writer lock); the next index() reopens it."""

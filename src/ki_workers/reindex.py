@@ -29,6 +29,7 @@ from ki_core.search.index import IndexOp, SearchIndex, open_index
 from ki_core.store_identity import StoreMismatch, mismatch_message, sql_store_id
 from ki_workers.context import WorkerContext
 from ki_workers.stages.embed_index import embed_version, index_versions, plan_index_writes, record_watermarks
+from ki_workers.stages.metadata import extractor_of
 from ki_workers.stages.record_metadata import link_project_references, outdated_versions, re_extract
 
 VERSIONS_PER_BATCH = 200
@@ -122,7 +123,7 @@ def re_extract_outdated(ctx: WorkerContext) -> tuple[int, int]:
     here; the changed versions are chunked and embedded again, since their
     profile row and the chunks' context header carry title, type and date.
     """
-    extractor = ctx.extractor()
+    extractor = extractor_of(ctx)
     with ctx.sessions() as session:
         outdated = outdated_versions(session, extractor.producer)
     changed: list[str] = []

@@ -85,13 +85,14 @@ def _left_unfinished(ctx, version_id: str) -> bool:
 
 @shared_task(name="ki.extract_metadata", **TASK_OPTIONS)
 def extract_metadata(version_id: str) -> str:
+    from ki_workers.stages.metadata import extractor_of
     from ki_workers.stages.record_metadata import defer_extraction, record_metadata
 
     ctx = worker_context()
     if defer_extraction(ctx, version_id):  # in-process batch work: recorded with others, then handed on
         return version_id
     with ctx.sessions() as session, session.begin():
-        record_metadata(session, version_id, ctx.extractor(), link_now=ctx.index_writes is None)
+        record_metadata(session, version_id, extractor_of(ctx), link_now=ctx.index_writes is None)
     chunk_embed.delay(version_id)
     return version_id
 
@@ -99,11 +100,12 @@ def extract_metadata(version_id: str) -> str:
 @shared_task(name="ki.extract_metadata_many", **TASK_OPTIONS)
 def extract_metadata_many(version_ids: list[str]) -> list[str]:
     """extract_metadata for a batch (a folder sync in-process), in one transaction."""
+    from ki_workers.stages.metadata import extractor_of
     from ki_workers.stages.record_metadata import record_metadata_many, rules_ahead_of
 
     ctx = worker_context()
     with ctx.sessions() as session, session.begin():
-        record_metadata_many(session, version_ids, ctx.extractor(), rules_ahead_of(ctx))
+        record_metadata_many(session, version_ids, extractor_of(ctx), rules_ahead_of(ctx))
     chunk_embed_many.delay(version_ids)
     return version_ids
 

@@ -25,6 +25,7 @@ from ki_core.ontology import Ontology, load_ontology
 
 if TYPE_CHECKING:
     from ki_core.identifiers import Identifier
+    from ki_workers.context import WorkerContext
 
 # Bump when a rule changes what it extracts: the producer string tells artifacts apart.
 RULES_VERSION = 2
@@ -86,6 +87,11 @@ def extractor_from_settings(settings: Settings) -> MetadataExtractor:
     if settings.llm.metadata_extractor == "llm":
         return LLMExtractor(ChatGateway.from_settings(settings.llm))
     return RuleBasedExtractor()
+
+
+def extractor_of(ctx: WorkerContext) -> MetadataExtractor:
+    """The worker's extractor, made from its settings on first use and kept by its context."""
+    return ctx.kept("metadata.extractor", lambda: extractor_from_settings(ctx.settings))
 
 
 # ------------------------------------------------------------------- language

@@ -27,7 +27,7 @@ from ki_core.models import (
     RelationKind,
 )
 from ki_workers.stages.rows import get_or_create_matter, version_and_document, versions_and_documents
-from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, is_generic_title
+from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, extractor_of, is_generic_title
 from ki_workers.stages.rules_ahead import Answer, RulesAhead, RulesHelper, runs_ahead, start_helper
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def deferred_extractions(
 def _rules_ahead(ctx: WorkerContext) -> RulesAhead | None:
     """A helper for the rules, where they are the extractor, run in this process (eager) and a
     helper process is allowed; the process itself is kept by the context from one sync to the next."""
-    extractor = ctx.extractor()
+    extractor = extractor_of(ctx)
     if not ctx.settings.broker.eager or not runs_ahead(extractor) or ctx.settings.ingest.helper_processes < 1:
         return None
 
