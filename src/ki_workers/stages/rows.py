@@ -86,22 +86,20 @@ def get_or_create_object(
 ) -> tuple[SourceObject, bool]:
     """The object, seen now; and whether it was created (then it has no observations yet).
 
-    `batch`: read before, for the names it holds.
+    `batch`: read before, for the names it holds. A new one is written with the batch's flush
+    (the observations' relationship orders it before them).
     """
-    known = batch.objects if batch is not None else None
-    obj = known[external_id] if _was_read(known, external_id) else session.scalar(
-        select(SourceObject).where(SourceObject.source_id == source.id, SourceObject.external_id == external_id)
+    obj, created = _found_or_added(
+        session, batch.objects if batch is not None else None, external_id,
+        read=lambda: session.scalar(select(SourceObject).where(
+            SourceObject.source_id == source.id, SourceObject.external_id == external_id)),
+        new=lambda: SourceObject(id=new_id(), source_id=source.id, external_id=external_id, title=external_id,
+                                 last_seen_at=utcnow()),
     )
-    if obj is None:
-        # Written with the batch's flush (the observations' relationship orders it before them).
-        obj = SourceObject(id=new_id(), source_id=source.id, external_id=external_id, title=external_id,
-                           last_seen_at=utcnow())
-        session.add(obj)
-        _remember(known, external_id, obj)
-        return obj, True
-    obj.last_seen_at = utcnow()
-    obj.deleted_at = None
-    return obj, False
+    if not created:
+        obj.last_seen_at = utcnow()
+        obj.deleted_at = None
+    return obj, created
 
 
 def get_or_create_document(
@@ -109,31 +107,29 @@ def get_or_create_document(
 ) -> tuple[Document, bool]:
     """The document; and whether it was created (then it has no versions yet).
 
-    `batch`: read before, for the keys it holds.
+    `batch`: read before, for the keys it holds. A new one is not flushed here: with its id set,
+    its INSERT goes out with its first version's and carries the title and matter that ingest
+    sets next (no UPDATE of a row just written).
     """
-    known = batch.documents if batch is not None else None
-    document = known[key] if _was_read(known, key) else session.scalar(
-        select(Document).where(Document.project_id == project.id, Document.key == key)
+    return _found_or_added(
+        session, batch.documents if batch is not None else None, key,
+        read=lambda: session.scalar(select(Document).where(Document.project_id == project.id, Document.key == key)),
+        new=lambda: Document(id=new_id(), project_id=project.id, key=key, identifiers=[]),
     )
-    if document is None:
-        # Not flushed here: with its id set, its INSERT goes out with its first version's and
-        # carries the title and matter that ingest sets next (no UPDATE of a row just written).
-        document = Document(id=new_id(), project_id=project.id, key=key, identifiers=[])
-        session.add(document)
-        _remember(known, key, document)
-        return document, True
-    return document, False
 
 
-def _was_read(known: dict | None, name: str) -> bool:
-    """The batch read this name before (its row, or None: new)."""
-    return known is not None and name in known
-
-
-def _remember(known: dict | None, name: str, row: object) -> None:
-    """A row created now is what the batch's next file of that name finds."""
-    if _was_read(known, name):
+def _found_or_added(session: Session, known: dict | None, name: str, *, read, new) -> tuple:
+    """(the row, False) as read before in the batch or now; else (a new row added to the session, True),
+    which the batch's next file of that name finds."""
+    was_read = known is not None and name in known
+    row = known[name] if was_read else read()
+    if row is not None:
+        return row, False
+    row = new()
+    session.add(row)
+    if was_read:
         known[name] = row
+    return row, True
 
 
 def version_and_document(session: Session, version_id: str) -> tuple[DocumentVersion | None, Document | None]:

@@ -4,6 +4,8 @@ and nothing lost when the helper is late, wrong about the title, or gone."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -167,11 +169,10 @@ def test_a_small_sync_starts_no_helper(ctx, tmp_path: Path, files: int) -> None:
     assert ctx.rules_helper is None
 
 
-def test_with_a_helper_a_full_batch_records_what_it_answered_from_the_oldest_on_and_the_rest_waits(
-    ctx, tmp_path: Path
-) -> None:
-    version_ids = ingested(ctx, firm_folder(tmp_path, copies=3))
-    assert len(version_ids) > EXTRACTIONS_PER_BATCH
+@contextmanager
+def deferred_with_a_helper(ctx, version_ids: list[str]) -> Iterator[tuple[RulesAhead, list[list[str]]]]:
+    """The versions deferred in an extraction batch whose rules a ready helper runs; yields the
+    helper's answers and the batches handed on."""
     helper = ready_helper(ctx.settings.database_url)
     handed: list[list[str]] = []
     ahead = RulesAhead(lambda: helper, RuleBasedExtractor().producer)
@@ -179,58 +180,51 @@ def test_with_a_helper_a_full_batch_records_what_it_answered_from_the_oldest_on_
     try:
         for version_id in version_ids:
             defer_extraction(ctx, version_id)
+        yield ahead, handed
+    finally:
+        ctx.extraction_batch = None
+        helper.close()
+
+
+def wait_until_answered(ctx, ahead: RulesAhead, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while ahead.answered_from_front(ctx.extraction_batch.waiting) < count:
+        assert time.monotonic() < deadline, f"the helper did not answer {count} versions"
+        time.sleep(0.005)
+
+
+def test_with_a_helper_a_full_batch_records_what_it_answered_from_the_oldest_on_and_the_rest_waits(
+    ctx, tmp_path: Path
+) -> None:
+    version_ids = ingested(ctx, firm_folder(tmp_path, copies=3))
+    assert len(version_ids) > EXTRACTIONS_PER_BATCH
+    with deferred_with_a_helper(ctx, version_ids) as (ahead, handed):
         # A batch's worth waits, but the helper has just been asked (a few ms a version).
         flush_extractions_if_waiting(ctx)
         assert handed == [], "what the helper has not answered yet waits for it"
-        deadline = time.monotonic() + 60
-        while ahead.answered_from_front(ctx.extraction_batch.waiting) < EXTRACTIONS_PER_BATCH:
-            assert time.monotonic() < deadline, "the helper did not answer a batch's worth"
-            time.sleep(0.005)
+        wait_until_answered(ctx, ahead, EXTRACTIONS_PER_BATCH)
         flush_extractions_if_waiting(ctx)
         assert len(handed) == 1 and len(handed[0]) >= EXTRACTIONS_PER_BATCH
         assert handed[0] == version_ids[: len(handed[0])], "the oldest first, in order"
         assert list(ctx.extraction_batch.waiting) == version_ids[len(handed[0]):]
-    finally:
-        ctx.extraction_batch = None
-        helper.close()
 
 
 def test_with_a_helper_a_version_that_waited_the_longest_wait_is_recorded_answered_or_not(
     ctx, tmp_path: Path
 ) -> None:
     version_ids = ingested(ctx, firm_folder(tmp_path))
-    helper = ready_helper(ctx.settings.database_url)
-    handed: list[list[str]] = []
-    ctx.extraction_batch = ExtractionBatch(handed.append, RulesAhead(lambda: helper, RuleBasedExtractor().producer))
-    try:
-        for version_id in version_ids:
-            defer_extraction(ctx, version_id)
+    with deferred_with_a_helper(ctx, version_ids) as (_ahead, handed):
         long_ago = time.monotonic() - EXTRACTION_MAX_WAIT_SECONDS
         ctx.extraction_batch.waiting = dict.fromkeys(ctx.extraction_batch.waiting, long_ago)
         flush_extractions_if_waiting(ctx)
         assert handed == [version_ids] and not ctx.extraction_batch.waiting
-    finally:
-        ctx.extraction_batch = None
-        helper.close()
 
 
 def test_at_the_end_what_the_helper_answered_is_handed_on_first_and_then_the_rest_in_order(ctx, tmp_path: Path) -> None:
     version_ids = ingested(ctx, firm_folder(tmp_path, copies=2))
-    helper = ready_helper(ctx.settings.database_url)
-    handed: list[list[str]] = []
-    ahead = RulesAhead(lambda: helper, RuleBasedExtractor().producer)
-    ctx.extraction_batch = ExtractionBatch(handed.append, ahead)
-    try:
-        for version_id in version_ids:
-            defer_extraction(ctx, version_id)
-        deadline = time.monotonic() + 60
-        while ahead.answered_from_front(ctx.extraction_batch.waiting) < len(version_ids) // 2:
-            assert time.monotonic() < deadline, "the helper did not answer half the versions"
-            time.sleep(0.005)
+    with deferred_with_a_helper(ctx, version_ids) as (ahead, handed):
+        wait_until_answered(ctx, ahead, len(version_ids) // 2)
         flush_all_extractions(ctx)
-    finally:
-        ctx.extraction_batch = None
-        helper.close()
 
     assert len(handed[0]) >= len(version_ids) // 2, "first what the helper had answered"
     assert [version_id for part in handed for version_id in part] == version_ids, "then the rest, all, in order"
