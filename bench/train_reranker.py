@@ -106,7 +106,7 @@ def main() -> None:
                         help="generated training queries over the --corpus of the same position (.jsonl)")
     parser.add_argument("--out", type=Path, help="where to write the model (default: print only)")
     parser.add_argument("--prefix", type=int, default=50, help="leading candidates the model reorders")
-    parser.add_argument("--l2", type=float, default=1e-3)
+    parser.add_argument("--l2", type=float, default=1e-2, help="L2 weight (the shipped model: 0.01)")
     parser.add_argument("--describe", default="", help="what the model was trained on, stored in the file")
     parser.add_argument("--cache", type=Path, help="keep the candidate lists here (a re-fit skips the retrieval)")
     args = parser.parse_args()
@@ -120,7 +120,7 @@ def main() -> None:
         if args.cache:
             args.cache.write_bytes(pickle.dumps(rows))
     for row in rows:  # features from the cached evidence: a re-fit with new features needs no retrieval
-        row["matrix"] = feature_matrix(row["evidence"])
+        row["matrix"] = feature_matrix(row["evidence"], row["query"].query)
     report(rows, args.prefix, args.l2)
     model = LinearRanker.fit([(r["matrix"], r["grades"]) for r in rows], l2=args.l2, prefix=args.prefix,
                              trained_on=args.describe or f"corpora {', '.join(args.corpus)}, {len(rows)} queries")

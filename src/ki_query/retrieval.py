@@ -303,7 +303,7 @@ class RetrievalService:
         model = offline_ranker(self.settings.retrieval)
         if model is not None:
             cosine = getattr(self.index, "cosine", lambda score: score)
-            return offline_reranked(ranked, model, key, cosine)
+            return offline_reranked(query, ranked, model, key, cosine)
         listing = [
             (key(c), f"{verified[c.chunk_id].facts.document.title or ''}\n{texts.get(c.chunk_id, '')}".strip())
             for c in prefix

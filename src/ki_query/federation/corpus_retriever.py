@@ -181,7 +181,7 @@ class CorpusRetriever:
             exclude_records=exclude_records,
         )
         if rerank and self.reranker is not None and {Leg.LEXICAL, Leg.SEMANTIC} <= legs:
-            ranked = self._reranked(ranked)
+            ranked = self._reranked(question, ranked)
         hits = (lookups + [r.hit for r in ranked])[:top_k]
         if include_neighbors:
             hits = self._with_neighbors(hits)
@@ -346,14 +346,14 @@ class CorpusRetriever:
             ranks[leg.value] = {key: rank for rank, key in enumerate(sections)}
         return ranks
 
-    def _reranked(self, ranked: list[RankedHit]) -> list[RankedHit]:
+    def _reranked(self, question: str, ranked: list[RankedHit]) -> list[RankedHit]:
         """The reranker's order of the first `prefix` hits (scores rewritten in that order); the rest follow."""
         assert self.reranker is not None
         head = ranked[: self.reranker.prefix]
         if len(head) < 2:
             return ranked
         self.count_citations(head)
-        scores = self.reranker.scores(feature_matrix([r.evidence for r in head]))
+        scores = self.reranker.scores(feature_matrix([r.evidence for r in head], question))
         result = reordered(ranked, scores, self.reranker.prefix)
         keep_scores_descending(result, [r.hit["score"] for r in head], _set_hit_score)
         return result

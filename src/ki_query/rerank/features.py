@@ -2,7 +2,7 @@
 
 Every feature is relative to the candidate's own list (a rank, a ratio to the list's best
 score, a gap to its best cosine), so one model serves queries of any length and indexes of any
-size. A feature a path does not have (the law prior in a firm's index, citations between firm
+size; the query itself enters only as a factor of some of them (its length, below). A feature a path does not have (the law prior in a firm's index, citations between firm
 documents) is 0 for every candidate of the list: a linear model's order ignores it.
 """
 
@@ -22,7 +22,7 @@ POSITION_K = 10.0
 # A candidate the semantic leg did not return is taken to lie this far below the list's worst cosine.
 MISSING_COSINE_MARGIN = 0.02
 
-FEATURE_NAMES = (
+CANDIDATE_FEATURES = (
     "rank_lexical",
     "rank_semantic",
     "rank_identifier",
@@ -41,6 +41,30 @@ FEATURE_NAMES = (
     "top_group_lexical",
     "top_group_semantic",
 )
+
+# How far to trust each leg depends on the query: a few words (a heading, a term) are matched
+# best by meaning, a quoted sentence of statute text by its words. A linear score cannot condition
+# on the query unless the query enters as a factor, so these candidate features appear a second and
+# a third time, multiplied by the query's length (log of its words) and by "short" (at most
+# SHORT_QUERY_WORDS words; the training headings have 2-16 words, median 4, the quoted sentences a
+# median of 39). A query-level feature on its own would shift every candidate alike and change no order.
+SHORT_QUERY_WORDS = 8
+QUERY_CROSSED = (
+    "rank_lexical",
+    "rank_semantic",
+    "top_lexical",
+    "top_semantic",
+    "group_lexical",
+    "group_semantic",
+    "lexical_ratio",
+    "cosine_gap",
+    "both_legs",
+    "cited_by_top",
+    "law_probability",
+)
+QUERY_FACTORS = ("query_length", "short_query")
+FEATURE_NAMES = CANDIDATE_FEATURES + tuple(f"{name}*{factor}" for factor in QUERY_FACTORS for name in QUERY_CROSSED)
+_CROSSED_COLUMNS = [CANDIDATE_FEATURES.index(name) for name in QUERY_CROSSED]
 
 
 @dataclass(slots=True)
@@ -69,9 +93,22 @@ def _top_feature(rank: int | None) -> float:
     return 0.0 if rank is None else 1.0 / (1.0 + rank)
 
 
-def feature_matrix(candidates: Sequence[RerankInput]) -> np.ndarray:
+def query_factors(query: str) -> np.ndarray:
+    """QUERY_FACTORS of one query: (log(1 + words), 1.0 if it has at most SHORT_QUERY_WORDS words)."""
+    words = len(query.split())
+    return np.array([math.log1p(words), 1.0 if words <= SHORT_QUERY_WORDS else 0.0])
+
+
+def feature_matrix(candidates: Sequence[RerankInput], query: str) -> np.ndarray:
     """(candidates, FEATURE_NAMES) float64: the model's input for one query's list."""
-    matrix = np.zeros((len(candidates), len(FEATURE_NAMES)), dtype=np.float64)
+    matrix = candidate_matrix(candidates)
+    crossed = matrix[:, _CROSSED_COLUMNS]
+    return np.hstack([matrix, *(crossed * factor for factor in query_factors(query))])
+
+
+def candidate_matrix(candidates: Sequence[RerankInput]) -> np.ndarray:
+    """(candidates, CANDIDATE_FEATURES): what each candidate shows in its list, before the query's factors."""
+    matrix = np.zeros((len(candidates), len(CANDIDATE_FEATURES)), dtype=np.float64)
     if not candidates:
         return matrix
     lexical = [c.legs["lexical"][1] for c in candidates if "lexical" in c.legs]

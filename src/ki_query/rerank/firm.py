@@ -48,12 +48,16 @@ def firm_inputs(prefix: Sequence[Candidate], cosine: Callable[[float], float]) -
 
 
 def offline_scores(
-    prefix: Sequence[Candidate], model: LinearRanker, key: Callable[[Candidate], str], cosine: Callable[[float], float]
+    query: str,
+    prefix: Sequence[Candidate],
+    model: LinearRanker,
+    key: Callable[[Candidate], str],
+    cosine: Callable[[float], float],
 ) -> dict[str, float]:
     """key(candidate) -> score for fusion.rerank_prefix; identifier matches score above every other."""
     if not prefix:
         return {}
-    scores = model.scores(feature_matrix(firm_inputs(prefix, cosine)))
+    scores = model.scores(feature_matrix(firm_inputs(prefix, cosine), query))
     ceiling = float(scores.max()) + 1.0
     result = {}
     for position, (candidate, score) in enumerate(zip(prefix, scores, strict=True)):
@@ -63,7 +67,11 @@ def offline_scores(
 
 
 def offline_reranked(
-    ranked: Sequence[Candidate], model: LinearRanker, key: Callable[[Candidate], str], cosine: Callable[[float], float]
+    query: str,
+    ranked: Sequence[Candidate],
+    model: LinearRanker,
+    key: Callable[[Candidate], str],
+    cosine: Callable[[float], float],
 ) -> list[Candidate]:
     """The first OFFLINE_PREFIX hits in the model's order; nothing dropped, nothing past the prefix moved.
 
@@ -73,6 +81,6 @@ def offline_reranked(
     """
     prefix = list(ranked[:OFFLINE_PREFIX])
     fused = [c.score for c in prefix]
-    result = rerank_prefix(ranked, offline_scores(prefix, model, key, cosine), key, size=OFFLINE_PREFIX)
+    result = rerank_prefix(ranked, offline_scores(query, prefix, model, key, cosine), key, size=OFFLINE_PREFIX)
     keep_scores_descending(result, fused, lambda candidate, score: setattr(candidate, "score", score))
     return result

@@ -7,7 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from ki_query.rerank.features import FEATURE_NAMES, RerankInput, feature_matrix
+from ki_query.rerank.features import (
+    CANDIDATE_FEATURES,
+    FEATURE_NAMES,
+    QUERY_CROSSED,
+    RerankInput,
+    candidate_matrix,
+    feature_matrix,
+)
 from ki_query.rerank.model import LinearRanker, RerankModelError, reordered
 
 
@@ -95,12 +102,47 @@ def test_features_are_relative_to_the_list():
             RerankInput(position=1, legs={"lexical": (1, 6.0 * scale), "semantic": (0, 0.85 + shift)}),
             RerankInput(position=2, legs={"lexical": (2, 3.0 * scale)}),
         ]
-    base = feature_matrix(inputs(1.0, 0.0))
-    assert np.allclose(base, feature_matrix(inputs(2.0, -0.1)))
+    base = feature_matrix(inputs(1.0, 0.0), "Rücktritt vom Kaufvertrag")
+    assert np.allclose(base, feature_matrix(inputs(2.0, -0.1), "Rücktritt vom Kaufvertrag"))
     column = {name: i for i, name in enumerate(FEATURE_NAMES)}
     assert base[:, column["lexical_ratio"]].tolist() == [1.0, 0.5, 0.25]
     # A candidate the semantic leg missed lies below the list's worst cosine.
     assert base[2, column["cosine_gap"]] < base[0, column["cosine_gap"]] < base[1, column["cosine_gap"]] == 0.0
+
+
+SHORT = "Haftung des Grundstücksbesitzers"
+LONG = ("Der Besitzer eines Grundstücks ist verpflichtet, den Schaden zu ersetzen, der durch die Ablösung "
+        "von Teilen eines Gebäudes verursacht wird, wenn die Ablösung die Folge fehlerhafter Errichtung ist.")
+ONE_LEG_EACH = [
+    RerankInput(position=0, legs={"lexical": (0, 11.0)}, group_ranks={"lexical": 0}),
+    RerankInput(position=1, legs={"semantic": (0, 0.88)}, group_ranks={"semantic": 0}),
+    RerankInput(position=2, legs={"lexical": (3, 7.0), "semantic": (4, 0.85)}, group_ranks={"lexical": 2, "semantic": 3}),
+]
+
+
+def test_the_query_enters_only_as_a_factor_of_candidate_features():
+    """The candidate columns do not depend on the query; each crossed column is a candidate column
+    times log(1 + words), then times 1 for a query of at most 8 words and 0 for a longer one."""
+    short, long = feature_matrix(ONE_LEG_EACH, SHORT), feature_matrix(ONE_LEG_EACH, LONG)
+    n = len(CANDIDATE_FEATURES)
+    assert np.array_equal(short[:, :n], candidate_matrix(ONE_LEG_EACH))
+    assert np.array_equal(short[:, :n], long[:, :n])
+    crossed = candidate_matrix(ONE_LEG_EACH)[:, [CANDIDATE_FEATURES.index(name) for name in QUERY_CROSSED]]
+    k = len(QUERY_CROSSED)
+    assert np.allclose(short[:, n : n + k], crossed * np.log1p(3))
+    assert np.allclose(long[:, n : n + k], crossed * np.log1p(len(LONG.split())))
+    assert np.array_equal(short[:, n + k :], crossed)
+    assert not long[:, n + k :].any()
+    assert feature_matrix([], SHORT).shape == (0, len(FEATURE_NAMES))
+
+
+def test_the_shipped_model_trusts_meaning_more_on_a_short_query():
+    """A heading-like query is matched by meaning more often than by its words (its words are rarely
+    in a § that has no indexed heading); a quoted sentence of statute text by its words. The shipped
+    model moves the semantic leg's first hit up against the lexical leg's first hit when the query is short."""
+    model = LinearRanker.load()
+    short, long = model.scores(feature_matrix(ONE_LEG_EACH, SHORT)), model.scores(feature_matrix(ONE_LEG_EACH, LONG))
+    assert short[1] - short[0] > long[1] - long[0] + 1.0
 
 
 def test_the_offline_ranker_is_the_default_and_the_gateway_an_option():
