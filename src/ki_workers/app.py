@@ -14,6 +14,7 @@ from celery import Celery, current_app
 from kombu import Queue
 
 from ki_core.config import Settings, get_settings
+from ki_workers import dispatch
 
 # One queue per kind of work, so a flood of uploads cannot starve ACL changes.
 QUEUE_INGEST = "ki.ingest"
@@ -22,17 +23,17 @@ QUEUE_ACCESS = "ki.access"
 QUEUE_MAINTENANCE = "ki.maintenance"
 
 TASK_ROUTES = {
-    "ki.ingest": {"queue": QUEUE_INGEST},
-    "ki.ingest_many": {"queue": QUEUE_INGEST},
-    "ki.process_event": {"queue": QUEUE_INGEST},
-    "ki.process_access_event": {"queue": QUEUE_ACCESS},
-    "ki.extract_metadata": {"queue": QUEUE_INGEST},
-    "ki.extract_metadata_many": {"queue": QUEUE_INGEST},
-    "ki.chunk_embed": {"queue": QUEUE_INDEX},
-    "ki.chunk_embed_many": {"queue": QUEUE_INDEX},
-    "ki.reindex_access": {"queue": QUEUE_ACCESS},
-    "ki.sweep": {"queue": QUEUE_MAINTENANCE},
-    "ki.reconcile": {"queue": QUEUE_MAINTENANCE},
+    dispatch.INGEST: {"queue": QUEUE_INGEST},
+    dispatch.INGEST_MANY: {"queue": QUEUE_INGEST},
+    dispatch.PROCESS_EVENT: {"queue": QUEUE_INGEST},
+    dispatch.PROCESS_ACCESS_EVENT: {"queue": QUEUE_ACCESS},
+    dispatch.EXTRACT_METADATA: {"queue": QUEUE_INGEST},
+    dispatch.EXTRACT_METADATA_MANY: {"queue": QUEUE_INGEST},
+    dispatch.CHUNK_EMBED: {"queue": QUEUE_INDEX},
+    dispatch.CHUNK_EMBED_MANY: {"queue": QUEUE_INDEX},
+    dispatch.REINDEX_ACCESS: {"queue": QUEUE_ACCESS},
+    dispatch.SWEEP: {"queue": QUEUE_MAINTENANCE},
+    dispatch.RECONCILE: {"queue": QUEUE_MAINTENANCE},
 }
 
 # Declared retry policy for transient errors (broker, database, index, gateway).
@@ -76,8 +77,8 @@ def celery_config(settings: Settings) -> dict:
 def beat_schedule(settings: Settings) -> dict:
     """What `celery beat` sends: the sweep (re-dispatch, re-drive) and the index reconcile."""
     return {
-        "sweep": {"task": "ki.sweep", "schedule": float(settings.sweep.interval_seconds)},
-        "reconcile": {"task": "ki.reconcile", "schedule": float(settings.sweep.reconcile_interval_seconds)},
+        "sweep": {"task": dispatch.SWEEP, "schedule": float(settings.sweep.interval_seconds)},
+        "reconcile": {"task": dispatch.RECONCILE, "schedule": float(settings.sweep.reconcile_interval_seconds)},
     }
 
 

@@ -33,6 +33,7 @@ from ki_core.config import Settings
 from ki_core.grants import UnknownTarget
 from ki_core.models import EventStatus, IngestEvent, Source, SourceKind
 from ki_core.models.base import new_id, utcnow
+from ki_workers import dispatch
 from ki_workers.sources.dms_events import ACCESS_EVENT_TYPES, DmsEvent, EventSchemaError, parse_event
 
 if TYPE_CHECKING:
@@ -50,13 +51,11 @@ _IN_PROCESS_TURN = threading.RLock()
 
 OPEN_STATUSES = (EventStatus.RECEIVED, EventStatus.QUEUED, EventStatus.PROCESSING)
 FINISHED_STATUSES = (EventStatus.DONE, EventStatus.PARKED, EventStatus.FAILED)
-PROCESS_EVENT_TASK = "ki.process_event"
-PROCESS_ACCESS_EVENT_TASK = "ki.process_access_event"
 
 
 def event_task_name(event_type: str) -> str:
     """Access events have their own task, routed to the access queue in app.py."""
-    return PROCESS_ACCESS_EVENT_TASK if event_type in ACCESS_EVENT_TYPES else PROCESS_EVENT_TASK
+    return dispatch.PROCESS_ACCESS_EVENT if event_type in ACCESS_EVENT_TYPES else dispatch.PROCESS_EVENT
 
 
 class UnknownSource(UnknownTarget):

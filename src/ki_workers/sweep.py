@@ -37,6 +37,7 @@ from ki_core.models import (
 )
 from ki_core.models.base import utcnow
 from ki_core.search.types import ScopeFilter, SearchFilters
+from ki_workers import dispatch
 from ki_workers.context import WorkerContext
 from ki_workers.app import QUEUE_ACCESS, QUEUE_INDEX, QUEUE_INGEST
 from ki_workers.event_inbox import WaitingEvent, dispatch_events, events_due, gave_up_note, lease_is_free
@@ -93,8 +94,6 @@ def idle_queues(ctx: WorkerContext) -> set[str]:
 
 
 def redrive_versions(ctx: WorkerContext, idle: set[str] | None = None) -> dict:
-    from ki_workers import tasks
-
     idle = idle_queues(ctx) if idle is None else idle
     with ctx.sessions() as session:
         stale = stale_access_versions(session) if QUEUE_ACCESS in idle else []
@@ -107,9 +106,9 @@ def redrive_versions(ctx: WorkerContext, idle: set[str] | None = None) -> dict:
             )
         ).all() if states else []
     if stale:
-        tasks.reindex_access.delay(stale)
+        dispatch.start(dispatch.REINDEX_ACCESS, stale)
     for version_id, state in stuck:
-        (tasks.extract_metadata if state == ProcessingState.CONVERTED else tasks.chunk_embed).delay(version_id)
+        dispatch.start(dispatch.EXTRACT_METADATA if state == ProcessingState.CONVERTED else dispatch.CHUNK_EMBED, version_id)
     return {"access_redriven": len(stale), "stages_redriven": len(stuck)}
 
 

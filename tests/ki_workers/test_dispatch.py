@@ -1,0 +1,40 @@
+"""Services start tasks by name (dispatch.py): tasks call services, never the reverse."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ki_workers
+from ki_workers import dispatch
+from ki_workers.app import TASK_ROUTES, app
+
+PACKAGE = Path(ki_workers.__file__).parent
+TASK_NAMES = [value for name, value in vars(dispatch).items() if name.isupper()]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, at the top or inside a function ("from a import b" gives a and a.b)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_no_module_the_tasks_call_imports_the_tasks_module():
+    callers = [path for path in PACKAGE.rglob("*.py") if path.name != "tasks.py"]
+    assert len(callers) > 20
+    importing = [str(path.relative_to(PACKAGE)) for path in callers if "ki_workers.tasks" in _imported_modules(path)]
+    assert importing == []
+
+
+def test_every_task_name_is_registered_and_routed_to_a_queue():
+    assert len(TASK_NAMES) == 11
+    for name in TASK_NAMES:
+        assert name in app.tasks, name
+        assert name in TASK_ROUTES, name
+    assert set(TASK_ROUTES) == set(TASK_NAMES)
