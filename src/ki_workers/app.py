@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from celery import Celery, current_app
 from kombu import Queue
 
 from ki_core.config import Settings, get_settings
-from ki_workers import dispatch
 
 # One queue per kind of work, so a flood of uploads cannot starve ACL changes.
 QUEUE_INGEST = "ki.ingest"
@@ -22,18 +22,34 @@ QUEUE_INDEX = "ki.index"
 QUEUE_ACCESS = "ki.access"
 QUEUE_MAINTENANCE = "ki.maintenance"
 
+# The pipeline's task names. Services that start work (folder sync, the sweep) are called by the
+# tasks, so they start a task by its name (start_task) instead of importing the tasks module back.
+INGEST = "ki.ingest"
+INGEST_MANY = "ki.ingest_many"
+EXTRACT_METADATA = "ki.extract_metadata"
+EXTRACT_METADATA_MANY = "ki.extract_metadata_many"
+CHUNK_EMBED = "ki.chunk_embed"
+CHUNK_EMBED_MANY = "ki.chunk_embed_many"
+REINDEX_ACCESS = "ki.reindex_access"
+SWEEP = "ki.sweep"
+PROCESS_EVENT = "ki.process_event"
+PROCESS_ACCESS_EVENT = "ki.process_access_event"
+RECONCILE = "ki.reconcile"
+TASK_NAMES = (INGEST, INGEST_MANY, EXTRACT_METADATA, EXTRACT_METADATA_MANY, CHUNK_EMBED, CHUNK_EMBED_MANY,
+              REINDEX_ACCESS, SWEEP, PROCESS_EVENT, PROCESS_ACCESS_EVENT, RECONCILE)
+
 TASK_ROUTES = {
-    dispatch.INGEST: {"queue": QUEUE_INGEST},
-    dispatch.INGEST_MANY: {"queue": QUEUE_INGEST},
-    dispatch.PROCESS_EVENT: {"queue": QUEUE_INGEST},
-    dispatch.PROCESS_ACCESS_EVENT: {"queue": QUEUE_ACCESS},
-    dispatch.EXTRACT_METADATA: {"queue": QUEUE_INGEST},
-    dispatch.EXTRACT_METADATA_MANY: {"queue": QUEUE_INGEST},
-    dispatch.CHUNK_EMBED: {"queue": QUEUE_INDEX},
-    dispatch.CHUNK_EMBED_MANY: {"queue": QUEUE_INDEX},
-    dispatch.REINDEX_ACCESS: {"queue": QUEUE_ACCESS},
-    dispatch.SWEEP: {"queue": QUEUE_MAINTENANCE},
-    dispatch.RECONCILE: {"queue": QUEUE_MAINTENANCE},
+    INGEST: {"queue": QUEUE_INGEST},
+    INGEST_MANY: {"queue": QUEUE_INGEST},
+    PROCESS_EVENT: {"queue": QUEUE_INGEST},
+    PROCESS_ACCESS_EVENT: {"queue": QUEUE_ACCESS},
+    EXTRACT_METADATA: {"queue": QUEUE_INGEST},
+    EXTRACT_METADATA_MANY: {"queue": QUEUE_INGEST},
+    CHUNK_EMBED: {"queue": QUEUE_INDEX},
+    CHUNK_EMBED_MANY: {"queue": QUEUE_INDEX},
+    REINDEX_ACCESS: {"queue": QUEUE_ACCESS},
+    SWEEP: {"queue": QUEUE_MAINTENANCE},
+    RECONCILE: {"queue": QUEUE_MAINTENANCE},
 }
 
 # Declared retry policy for transient errors (broker, database, index, gateway).
@@ -77,8 +93,8 @@ def celery_config(settings: Settings) -> dict:
 def beat_schedule(settings: Settings) -> dict:
     """What `celery beat` sends: the sweep (re-dispatch, re-drive) and the index reconcile."""
     return {
-        "sweep": {"task": dispatch.SWEEP, "schedule": float(settings.sweep.interval_seconds)},
-        "reconcile": {"task": dispatch.RECONCILE, "schedule": float(settings.sweep.reconcile_interval_seconds)},
+        "sweep": {"task": SWEEP, "schedule": float(settings.sweep.interval_seconds)},
+        "reconcile": {"task": RECONCILE, "schedule": float(settings.sweep.reconcile_interval_seconds)},
     }
 
 
@@ -103,6 +119,14 @@ def app_for(settings: Settings) -> Celery:
         if key not in _apps:
             _apps[key] = create_app(settings)
         return _apps[key]
+
+
+def start_task(name: str, *args: Any) -> Any:
+    """`.delay(*args)` of the task `name` in the current app: its AsyncResult (eager: already run).
+
+    The current app is the worker's, or running_in's for an in-process sync; so a queued and an
+    eager start go through the same configuration as a task object's own `.delay()`."""
+    return current_app.tasks[name].delay(*args)
 
 
 @contextmanager

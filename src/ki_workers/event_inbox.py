@@ -33,7 +33,6 @@ from ki_core.config import Settings
 from ki_core.grants import UnknownTarget
 from ki_core.models import EventStatus, IngestEvent, Source, SourceKind
 from ki_core.models.base import new_id, utcnow
-from ki_workers import dispatch
 from ki_workers.sources.dms_events import ACCESS_EVENT_TYPES, DmsEvent, EventSchemaError, parse_event
 
 if TYPE_CHECKING:
@@ -55,7 +54,9 @@ FINISHED_STATUSES = (EventStatus.DONE, EventStatus.PARKED, EventStatus.FAILED)
 
 def event_task_name(event_type: str) -> str:
     """Access events have their own task, routed to the access queue in app.py."""
-    return dispatch.PROCESS_ACCESS_EVENT if event_type in ACCESS_EVENT_TYPES else dispatch.PROCESS_EVENT
+    from ki_workers.app import PROCESS_ACCESS_EVENT, PROCESS_EVENT  # not at the top: app.py imports the tasks, they this module
+
+    return PROCESS_ACCESS_EVENT if event_type in ACCESS_EVENT_TYPES else PROCESS_EVENT
 
 
 class UnknownSource(UnknownTarget):

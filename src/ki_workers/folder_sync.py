@@ -43,7 +43,7 @@ from ki_core.models import (
 )
 from ki_core.config import Settings
 from ki_core.grants import bumped_once
-from ki_workers import dispatch
+from ki_workers.app import EXTRACT_METADATA_MANY, INGEST, INGEST_MANY, REINDEX_ACCESS, start_task
 from ki_workers.context import WorkerContext
 from ki_workers.sources.local_fs import Manifest, ManifestEntry, document_key, iter_files, load_manifest
 from ki_workers.stages.embed_index import deferred_index_writes, flush_if_waiting
@@ -279,7 +279,7 @@ class ChunkProgress:
 
 def _extract_batch(version_ids: list[str]) -> None:
     """Where deferred extractions go: one task for the batch (its retries are the task's)."""
-    dispatch.start(dispatch.EXTRACT_METADATA_MANY, version_ids)
+    start_task(EXTRACT_METADATA_MANY, version_ids)
 
 
 # In-process, small files go to ki.ingest_many this many (or this many bytes) at a time: one
@@ -324,7 +324,7 @@ def _ingest_batch(ctx, batch: list[FolderFile], manifest, target, summary, on_fi
     flush_if_waiting(ctx)
     entries = [(file.relative, manifest.entry_for(file.relative).model_dump(mode="json")) for file in batch]
     progress.current = batch[-1].relative
-    results = dispatch.start(dispatch.INGEST_MANY, source_id, project_id, entries, matter).get()
+    results = start_task(INGEST_MANY, source_id, project_id, entries, matter).get()
     for file, result in zip(batch, results, strict=True):
         _report(file, result, summary, on_file, progress)
 
@@ -337,7 +337,7 @@ def _ingest_alone(ctx, file: FolderFile, manifest, target, large: bool, summary,
     progress.current = file.relative
     try:
         with extracting_at_once(ctx) if large else nullcontext():
-            outcome = dispatch.start(dispatch.INGEST, source_id, file.relative, project_id, entry, matter)
+            outcome = start_task(INGEST, source_id, file.relative, project_id, entry, matter)
             result = outcome.get() if ctx.settings.broker.eager else None
     except OSError as exc:
         result = {"outcome": "failed", "reason": str(exc)}
@@ -371,7 +371,7 @@ def prune_missing(ctx: WorkerContext, source_id: str, seen: set[str]) -> int:
         ]
         retired = [version_id for obj in gone for version_id in retire_object(session, obj)]
     if retired:
-        dispatch.start(dispatch.REINDEX_ACCESS, retired)
+        start_task(REINDEX_ACCESS, retired)
     return len(gone)
 
 

@@ -37,9 +37,16 @@ from ki_core.models import (
 )
 from ki_core.models.base import utcnow
 from ki_core.search.types import ScopeFilter, SearchFilters
-from ki_workers import dispatch
+from ki_workers.app import (
+    CHUNK_EMBED,
+    EXTRACT_METADATA,
+    QUEUE_ACCESS,
+    QUEUE_INDEX,
+    QUEUE_INGEST,
+    REINDEX_ACCESS,
+    start_task,
+)
 from ki_workers.context import WorkerContext
-from ki_workers.app import QUEUE_ACCESS, QUEUE_INDEX, QUEUE_INGEST
 from ki_workers.event_inbox import WaitingEvent, dispatch_events, events_due, gave_up_note, lease_is_free
 from ki_workers.event_retention import prunable_before, prune_processed_events
 from ki_workers.sources.dms_events import ACCESS_EVENT_TYPES
@@ -106,9 +113,9 @@ def redrive_versions(ctx: WorkerContext, idle: set[str] | None = None) -> dict:
             )
         ).all() if states else []
     if stale:
-        dispatch.start(dispatch.REINDEX_ACCESS, stale)
+        start_task(REINDEX_ACCESS, stale)
     for version_id, state in stuck:
-        dispatch.start(dispatch.EXTRACT_METADATA if state == ProcessingState.CONVERTED else dispatch.CHUNK_EMBED, version_id)
+        start_task(EXTRACT_METADATA if state == ProcessingState.CONVERTED else CHUNK_EMBED, version_id)
     return {"access_redriven": len(stale), "stages_redriven": len(stuck)}
 
 

@@ -17,8 +17,20 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from ki_core.embedding import GatewayUnavailable
 from ki_core.search.embedded import IndexLockedError
 from ki_core.search.types import SearchBackendError
-from ki_workers import dispatch
-from ki_workers.app import RETRY_POLICY
+from ki_workers.app import (
+    CHUNK_EMBED,
+    CHUNK_EMBED_MANY,
+    EXTRACT_METADATA,
+    EXTRACT_METADATA_MANY,
+    INGEST,
+    INGEST_MANY,
+    PROCESS_ACCESS_EVENT,
+    PROCESS_EVENT,
+    RECONCILE,
+    REINDEX_ACCESS,
+    RETRY_POLICY,
+    SWEEP,
+)
 from ki_workers.context import worker_context
 from ki_workers.event_inbox import EventTask
 from ki_workers.sources.dms import ContentUnavailable, ObjectNotYetKnown
@@ -38,7 +50,7 @@ TRANSIENT_ERRORS = (
 TASK_OPTIONS = {"autoretry_for": TRANSIENT_ERRORS, "acks_late": True, "reject_on_worker_lost": True, **RETRY_POLICY}
 
 
-@shared_task(name=dispatch.INGEST, **TASK_OPTIONS)
+@shared_task(name=INGEST, **TASK_OPTIONS)
 def ingest(source_id: str, external_id: str, project_id: str, entry: dict, matter: str | None = None) -> dict:
     from ki_workers.folder_sync import ingest_local_object
 
@@ -46,7 +58,7 @@ def ingest(source_id: str, external_id: str, project_id: str, entry: dict, matte
     return _hand_on_ingested(ctx, ingest_local_object(ctx, source_id, external_id, project_id, entry, matter))
 
 
-@shared_task(name=dispatch.INGEST_MANY, **TASK_OPTIONS)
+@shared_task(name=INGEST_MANY, **TASK_OPTIONS)
 def ingest_many(source_id: str, project_id: str, files: list[tuple[str, dict]], matter: str | None = None) -> list[dict]:
     """ki.ingest for a batch of (external id, entry) of one folder, in one transaction: a result per file,
     in order; a file that cannot be read is failed with its reason, the others go on."""
@@ -84,7 +96,7 @@ def _left_unfinished(ctx, version_id: str) -> bool:
     return state in (ProcessingState.CONVERTED, ProcessingState.EXTRACTED)
 
 
-@shared_task(name=dispatch.EXTRACT_METADATA, **TASK_OPTIONS)
+@shared_task(name=EXTRACT_METADATA, **TASK_OPTIONS)
 def extract_metadata(version_id: str) -> str:
     from ki_workers.stages.metadata import extractor_of
     from ki_workers.stages.record_metadata import defer_extraction, record_metadata
@@ -98,7 +110,7 @@ def extract_metadata(version_id: str) -> str:
     return version_id
 
 
-@shared_task(name=dispatch.EXTRACT_METADATA_MANY, **TASK_OPTIONS)
+@shared_task(name=EXTRACT_METADATA_MANY, **TASK_OPTIONS)
 def extract_metadata_many(version_ids: list[str]) -> list[str]:
     """extract_metadata for a batch (a folder sync in-process), in one transaction."""
     from ki_workers.stages.metadata import extractor_of
@@ -111,12 +123,12 @@ def extract_metadata_many(version_ids: list[str]) -> list[str]:
     return version_ids
 
 
-@shared_task(name=dispatch.CHUNK_EMBED, **TASK_OPTIONS)
+@shared_task(name=CHUNK_EMBED, **TASK_OPTIONS)
 def chunk_embed(version_id: str) -> int:
     return _embed_and_index([version_id])
 
 
-@shared_task(name=dispatch.CHUNK_EMBED_MANY, **TASK_OPTIONS)
+@shared_task(name=CHUNK_EMBED_MANY, **TASK_OPTIONS)
 def chunk_embed_many(version_ids: list[str]) -> int:
     return _embed_and_index(version_ids)
 
@@ -132,7 +144,7 @@ def _embed_and_index(version_ids: list[str]) -> int:
     return chunks
 
 
-@shared_task(name=dispatch.REINDEX_ACCESS, **TASK_OPTIONS)
+@shared_task(name=REINDEX_ACCESS, **TASK_OPTIONS)
 def reindex_access(version_ids: list[str]) -> dict:
     from ki_workers.stages.access import reindex_access as reindex
 
@@ -140,7 +152,7 @@ def reindex_access(version_ids: list[str]) -> dict:
     return {"updated": result.updated, "removed": result.removed, "restored": result.restored}
 
 
-@shared_task(name=dispatch.SWEEP, **TASK_OPTIONS)
+@shared_task(name=SWEEP, **TASK_OPTIONS)
 def sweep() -> dict:
     from ki_workers.sweep import run_sweep
 
@@ -153,7 +165,7 @@ EVENT_TRANSIENT_ERRORS = (IntegrityError, ContentUnavailable, ObjectNotYetKnown)
 EVENT_TASK_OPTIONS = {**TASK_OPTIONS, "autoretry_for": (*TRANSIENT_ERRORS, *EVENT_TRANSIENT_ERRORS)}
 
 
-@shared_task(name=dispatch.PROCESS_EVENT, base=EventTask, **EVENT_TASK_OPTIONS)
+@shared_task(name=PROCESS_EVENT, base=EventTask, **EVENT_TASK_OPTIONS)
 def process_event(event_row_id: str) -> str:
     """Apply one accepted source event (ki_workers.event_inbox), then hand its ids to the next stages."""
     from ki_workers.event_inbox import run_event
@@ -161,7 +173,7 @@ def process_event(event_row_id: str) -> str:
     return run_event(worker_context(), event_row_id, hand_on=_hand_on)
 
 
-@shared_task(name=dispatch.PROCESS_ACCESS_EVENT, base=EventTask, **EVENT_TASK_OPTIONS)
+@shared_task(name=PROCESS_ACCESS_EVENT, base=EventTask, **EVENT_TASK_OPTIONS)
 def process_access_event(event_row_id: str) -> str:
     """The same for ACL, group, project and delete events, on the access queue (never behind uploads)."""
     from ki_workers.event_inbox import run_event
@@ -180,7 +192,7 @@ def _hand_on(followups) -> None:
         reindex_access.delay(version_ids)
 
 
-@shared_task(name=dispatch.RECONCILE, **TASK_OPTIONS)
+@shared_task(name=RECONCILE, **TASK_OPTIONS)
 def reconcile() -> dict:
     """Compare the index with SQL and repair it from stored chunks and vectors (no embedding)."""
     from ki_workers.sweep import reconcile_index

@@ -1,4 +1,4 @@
-"""Services start tasks by name (dispatch.py): tasks call services, never the reverse."""
+"""Services start tasks by name (app.start_task): tasks call services, never the reverse."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import ast
 from pathlib import Path
 
 import ki_workers
-from ki_workers import dispatch
-from ki_workers.app import TASK_ROUTES, app
+from ki_core.config import Settings
+from ki_workers.app import TASK_NAMES, TASK_ROUTES, app, beat_schedule
 
 PACKAGE = Path(ki_workers.__file__).parent
-TASK_NAMES = [value for name, value in vars(dispatch).items() if name.isupper()]
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -38,3 +37,4 @@ def test_every_task_name_is_registered_and_routed_to_a_queue():
         assert name in app.tasks, name
         assert name in TASK_ROUTES, name
     assert set(TASK_ROUTES) == set(TASK_NAMES)
+    assert {entry["task"] for entry in beat_schedule(Settings()).values()} <= set(TASK_NAMES)
