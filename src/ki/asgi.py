@@ -25,7 +25,7 @@ def create_ingress() -> FastAPI:
 
 
 def create_api() -> FastAPI:
-    from ki_query.http import create_query_app
+    from ki_query.api.http import create_query_app
 
     settings = load_settings()
     service = _retrieval_service(settings)
@@ -36,7 +36,7 @@ def create_api() -> FastAPI:
 
 def create_all_in_one() -> FastAPI:
     """The ingress app (webhooks, health, metrics) with the query API mounted at /v1 and MCP at /mcp."""
-    from ki_query.http import create_query_app
+    from ki_query.api.http import create_query_app
     from ki_workers.ingress import create_ingress_app
 
     settings = load_settings()
@@ -53,7 +53,7 @@ def with_mcp(app: FastAPI, settings: Settings, service: Callable, federated: Cal
     A mounted app's lifespan does not run by itself, so the SDK's session manager
     is started inside `app`'s own lifespan.
     """
-    from ki_query.mcp_http import MCP_PATH, create_mcp_http_app
+    from ki_query.api.mcp_http import MCP_PATH, create_mcp_http_app
 
     mcp_app = create_mcp_http_app(settings, service, federated=federated)
     app.add_route(MCP_PATH, mcp_app, include_in_schema=False)

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ki_core.config import load_settings
-from ki_query.http import create_query_app
+from ki_query.api.http import create_query_app
 from ki_query.identity import key_digest
 from ki_query.retrieval import retrieval_service_from_settings
 from tests.ki.cli_store import ingested, ki, store  # noqa: F401 - fixture

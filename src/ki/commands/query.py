@@ -386,7 +386,7 @@ def mcp(
         return
     from ki_core.config import load_settings
     from ki_query.identity import identity_from_api_key
-    from ki_query.mcp_server import create_mcp_server
+    from ki_query.api.mcp_server import create_mcp_server
 
     if not api_key:
         raise typer.BadParameter("stdio serves one identity: give --api-key or KI_MCP_API_KEY", param_hint="--api-key")
@@ -398,7 +398,7 @@ def _serve_mcp_http(api_key: str | None, host: str, port: int) -> None:
     import uvicorn
 
     from ki_core.config import load_settings
-    from ki_query.mcp_http import create_mcp_http_app
+    from ki_query.api.mcp_http import create_mcp_http_app
 
     if api_key:
         # Refused, not ignored: a server-wide key would suggest a shared identity that http never uses.

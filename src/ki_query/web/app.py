@@ -58,7 +58,7 @@ def create_web_app(
 ) -> FastAPI:
     """The pages, for `app.mount("/", ...)` after /v1 and /mcp; they share the process's `service`
     and `federated` (its models and caches) through a query app of their own."""
-    from ki_query.http import create_query_app
+    from ki_query.api.http import create_query_app
 
     web = WebPages(settings, service, QueryApi(create_query_app(settings, service, federated=federated)),
                    redrive=redrive, flower_url=flower_url)

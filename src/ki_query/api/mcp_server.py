@@ -3,7 +3,7 @@
 One set of tools serves both transports; only where a call's principals come
 from differs. On stdio the server runs for one identity, resolved from an API
 key when it starts (`ki mcp --api-key ...` or KI_MCP_API_KEY). Over Streamable
-HTTP (ki_query.mcp_http) every request carries its own credential and each call
+HTTP (ki_query.api.mcp_http) every request carries its own credential and each call
 acts for that caller alone.
 """
 
@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 from ki_core.models import RelationKind
 from ki_query.federation.search import FederatedSearch, FederatedSearchOnFirstUse
 from ki_query.identity import Identity
-from ki_query.refusals import REFUSALS, refusal_reason
+from ki_query.api.refusals import REFUSALS, refusal_reason
 from ki_query.retrieval import RetrievalService
 from ki_query.types import NewDecision, QueryText, RecordId, SearchRequest, parse_filters
 

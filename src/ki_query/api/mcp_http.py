@@ -26,7 +26,7 @@ from starlette.requests import HTTPConnection
 from ki_core.config import Settings
 from ki_query.federation.search import FederatedSearch
 from ki_query.identity import Forbidden, Unauthenticated, key_digest, resolve_identity
-from ki_query.mcp_server import INSTRUCTIONS, SERVER_NAME, add_retrieval_tools
+from ki_query.api.mcp_server import INSTRUCTIONS, SERVER_NAME, add_retrieval_tools
 from ki_query.retrieval import RetrievalService
 
 logger = logging.getLogger(__name__)

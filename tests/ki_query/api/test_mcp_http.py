@@ -25,10 +25,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from ki.asgi import with_mcp
 from ki_core.grants import GrantEffect, GrantTarget, grant
-from ki_query.http import create_query_app
+from ki_query.api.http import create_query_app
 from ki_query.identity import Identity
-from ki_query.mcp_http import MCP_PATH
-from ki_query.mcp_server import create_mcp_server
+from ki_query.api.mcp_http import MCP_PATH
+from ki_query.api.mcp_server import create_mcp_server
 from tests.ki_query.credentials import (
     ANNA_KEY,
     FRONTEND_KEY,
@@ -40,7 +40,7 @@ from tests.ki_query.credentials import (
     user_token,
 )
 from tests.ki_query.retrieval_fixtures import MEMBER, FolderWorld, RecordingIndex, folder_world  # noqa: F401
-from tests.ki_query.test_mcp import TOOLS, _payload
+from tests.ki_query.api.test_mcp import TOOLS, _payload
 
 QUERY = {"query": "Mietvertrag Miete", "limit": 10}
 

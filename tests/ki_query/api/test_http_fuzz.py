@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ki_query.http import create_query_app
+from ki_query.api.http import create_query_app
 from tests.hostile import JSON_VALUES, NASTY_STRINGS, encoded, mutated
 from tests.ki_query.credentials import ANNA_KEY, keyed_settings, signing_key  # noqa: F401 - fixture
 from tests.ki_query.retrieval_fixtures import FolderWorld, folder_world  # noqa: F401 - fixture

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 
 from ki_core.search.types import SearchBackendError
-from ki_query.http import create_query_app
+from ki_query.api.http import create_query_app
 from tests.ki_query.credentials import (
     ANNA_KEY,
     FRONTEND_KEY,

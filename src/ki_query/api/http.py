@@ -1,6 +1,6 @@
 """The HTTP surface of the read side (FastAPI). Principals come from the caller's credentials only.
 
-Errors map to status codes in one table (ki_query.refusals): 400 bad window,
+Errors map to status codes in one table (ki_query.api.refusals): 400 bad window,
 filters or corpus, 401 missing or invalid credentials, 403 not allowed, 404 no
 such (visible) document, 502 rerank gateway failed, 503 search index unavailable.
 
@@ -24,7 +24,7 @@ from ki_core.search.types import SearchFilters
 from ki_query.federation.search import FederatedAnswer, FederatedSearch, FederatedSearchOnFirstUse
 from ki_query.graph import MAX_TRAVERSAL_DEPTH
 from ki_query.identity import Identity, resolve_identity
-from ki_query.refusals import REFUSAL_STATUS, refusal_reason
+from ki_query.api.refusals import REFUSAL_STATUS, refusal_reason
 from ki_query.retrieval import RetrievalService
 from ki_query.types import (
     DecisionHit,

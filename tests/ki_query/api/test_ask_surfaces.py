@@ -27,10 +27,10 @@ from ki_core.embedding import embedder_from_settings
 from ki_core.grants import GrantEffect, GrantTarget, grant
 from ki_query.federation.corpus_loader import load_corpus
 from ki_query.federation.search import FederatedAnswer, FederatedSearchOnFirstUse
-from ki_query.http import create_query_app
+from ki_query.api.http import create_query_app
 from ki_query.identity import Identity
-from ki_query.mcp_http import MCP_PATH
-from ki_query.mcp_server import create_mcp_server
+from ki_query.api.mcp_http import MCP_PATH
+from ki_query.api.mcp_server import create_mcp_server
 from ki_query.retrieval import RetrievalService, retrieval_service_from_settings
 from tests.ki_query.credentials import (
     ANNA_KEY,
@@ -43,8 +43,8 @@ from tests.ki_query.credentials import (
 )
 from tests.ki_query.memory_corpora import FIXTURE
 from tests.ki_query.retrieval_fixtures import DIMENSIONS, MEMBER, FolderWorld, folder_world  # noqa: F401
-from tests.ki_query.test_mcp import _payload
-from tests.ki_query.test_mcp_http import MCP_HEADERS, _call, _uvicorn
+from tests.ki_query.api.test_mcp import _payload
+from tests.ki_query.api.test_mcp_http import MCP_HEADERS, _call, _uvicorn
 
 # Names no law (so no corpus is moved first); matches the contract, the annex and the tenant's letter as well
 # as BGB § 546a and § 573c.
