@@ -2,8 +2,9 @@
 
 Every feature is relative to the candidate's own list (a rank, a ratio to the list's best
 score, a gap to its best cosine), so one model serves queries of any length and indexes of any
-size; the query itself enters only as a factor of some of them (its length, below). A feature a path does not have (the law prior in a firm's index, citations between firm
-documents) is 0 for every candidate of the list: a linear model's order ignores it.
+size; the query itself enters only as a factor of some of them (its length, below). A feature a
+path does not have (the law prior in a firm's index, citations between firm documents) is 0 for
+every candidate of the list: a linear model's order ignores it.
 """
 
 from __future__ import annotations
