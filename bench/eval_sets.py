@@ -30,7 +30,11 @@ REFERENCE = re.compile(
 NAMED_LAW = re.compile(r"\s+(?:(?P<abbr>[A-Z][A-Za-z]*[A-Z][A-Za-z]*(?: [IVX]+)?)\b|(?P<genitive>des|der)\s+(?P<next>\S+))")
 MASK = "[…]"
 # How citations in the text name laws whose record ids use the source's abbreviation.
-CITED_AS = {"SGB V": "SGB 5", "SGB I": "SGB 1", "SGB X": "SGB 10", "WEG": "WoEigG", "VVG": "VVG 2008"}
+# The books of the Sozialgesetzbuch are cited in Roman numerals ("SGB II") and stored as "SGB 2".
+SGB_BOOKS = ("I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII")
+CITED_AS = {f"SGB {roman}": f"SGB {number}" for number, roman in enumerate(SGB_BOOKS, start=1)} | {"WEG": "WoEigG"}
+# A record id with the year of its version ("VVG 2008", "BDSG 2018") is cited without it.
+VERSION_YEAR = re.compile(r"^(?P<cited>.+) (?:19|20)\d\d$")
 
 
 def records(paths: list[str]) -> list[dict]:
@@ -128,6 +132,7 @@ def main() -> None:
         if not rec["repealed"]:
             units[(rec["law"], rec["section"])].append(rec)
     laws = {law: law for law in {r["law"] for r in recs}}
+    laws.update({m["cited"]: law for law in list(laws) if (m := VERSION_YEAR.match(law))})
     laws.update({alias: law for alias, law in CITED_AS.items() if law in laws})
     skip = dev_sections()
     rng = random.Random(SEED)

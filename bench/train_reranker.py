@@ -6,6 +6,14 @@
     KI_EMBEDDING__PROVIDER=e5-small python bench/train_reranker.py --corpus train --queries /tmp/train.jsonl \
         [--corpus train2 --queries /tmp/train2.jsonl ...] --out src/ki_query/rerank/offline-ranker.json
 
+    python bench/train_reranker.py --corpus train --queries /tmp/train.jsonl --cache /tmp/lists \
+        --check statutes=tests/fixtures/eval/statutes-generated.jsonl --check extra16=tests/fixtures/eval/extra16-caselaw.jsonl
+
+`--check CORPUS=QUERIES` scores the new model on a development set without a `ki eval` run per
+variant: its candidate lists and each single leg's nDCG@10 are retrieved once (cached in
+`--cache`), then nDCG@10 fused and reranked, and how often the reranked hybrid is at or above the
+better single leg, are computed from the lists. These sets pick a variant; they never train it.
+
 Training pairs: every generated query (an xref query is a citing Absatz with its reference masked,
 a heading query a § heading that is not indexed) is run through the corpus retriever without
 reranking; of its first `--prefix` fused candidates (its citing Absatz excluded, as in `ki eval`),
@@ -28,7 +36,7 @@ import numpy as np
 from ki_core.config import load_settings
 from ki_core.db import engine_from_settings, session_factory
 from ki_core.embedding import embedder_from_settings
-from ki_core.search.types import oversampled_window
+from ki_core.search.types import Leg, oversampled_window
 from ki_query.federation.corpus_retriever import ALL_LEGS
 from ki_query.federation.evaluation import RANKING_DEPTH, load_queries, ndcg_at, ranked_records
 from ki_query.federation.registry import CorpusRegistry
@@ -36,10 +44,12 @@ from ki_query.rerank.features import FEATURE_NAMES, feature_matrix
 from ki_query.rerank.model import LinearRanker, reordered
 
 FOLDS = 5
+SINGLE_LEGS = (Leg.LEXICAL, Leg.SEMANTIC)
 
 
-def candidate_lists(corpus: str, queries_path: Path, prefix: int) -> list[dict]:
-    """Per query: what the reranker reads of its candidates, their grades, and the records in fused order."""
+def candidate_lists(corpus: str, queries_path: Path, prefix: int, *, single_legs: bool = False) -> list[dict]:
+    """Per query: what the reranker reads of its candidates, their grades, and the records in fused order;
+    with `single_legs`, also the nDCG@10 of the lexical and of the semantic leg alone (as `ki eval` runs them)."""
     settings = load_settings()
     engine = engine_from_settings(settings)
     registry = CorpusRegistry(settings, session_factory(engine), embedder_from_settings(settings))
@@ -55,19 +65,28 @@ def candidate_lists(corpus: str, queries_path: Path, prefix: int) -> list[dict]:
             )
             head = ranked[:prefix]
             retriever.count_citations(head)
-            rows.append({
+            row = {
                 "query": query,
                 "evidence": [r.evidence for r in head],
                 "grades": np.array([query.relevant.get(r.hit["metadata"]["record_id"], 0) for r in head]),
                 "lookups": lookups,
                 "ranked": [r.hit for r in ranked],
-            })
+            }
+            if single_legs:
+                row["legs"] = {leg.value: single_leg_ndcg(retriever, query, leg) for leg in SINGLE_LEGS}
+            rows.append(row)
             if n % 50 == 0:
                 print(f"  {n}/{len(queries)} queries", file=sys.stderr)
     finally:
         registry.close()
         engine.dispose()
     return rows
+
+
+def single_leg_ndcg(retriever, query, leg: Leg, k: int = 10) -> float:
+    hits = retriever.query(query.query, top_k=RANKING_DEPTH + len(query.exclude_ids), legs={leg},
+                           exclude_records=query.exclude_ids, rerank=False)
+    return ndcg_at(ranked_records(hits, query.exclude_ids), query.relevant, k)
 
 
 def ndcg_of(row: dict, order: list, k: int = 10) -> float:
@@ -98,37 +117,88 @@ def report(rows: list[dict], prefix: int, l2: float) -> None:
         print(f"{kind:10} {len(b):7d} {np.mean(b):7.3f} {np.mean(a):8.3f}")
 
 
+def check(model: LinearRanker, label: str, rows: list[dict]) -> None:
+    """nDCG@10 fused and reranked per query type, and how often the reranked hybrid is at or above
+    the better single leg, on a development set's cached lists."""
+    by_type: dict[str, list[tuple[float, float, bool]]] = {}
+    for row in rows:
+        order = reordered(row["ranked"], model.scores(row["matrix"]), model.prefix) if len(row["matrix"]) else row["ranked"]
+        after = ndcg_of(row, order)
+        at_or_above = after >= max(row["legs"].values()) - 1e-12
+        by_type.setdefault(row["query"].type, []).append((ndcg_of(row, row["ranked"]), after, at_or_above))
+    print(f"{label}: {'type':8} {'queries':>7} {'fused':>7} {'reranked':>8} {'at/above':>8}")
+    for kind in [*sorted(by_type), "all"]:
+        values = [v for t in by_type.values() for v in t] if kind == "all" else by_type[kind]
+        before, after, wins = (np.array(column) for column in zip(*values, strict=True))
+        print(f"{label}: {kind:8} {len(values):7d} {before.mean():7.3f} {after.mean():8.3f} {int(wins.sum()):5d} ({wins.mean():.0%})")
+
+
+def cached(path: Path | None, build):
+    if path is not None and path.exists():
+        return pickle.loads(path.read_bytes())
+    rows = build()
+    if path is not None:
+        path.write_bytes(pickle.dumps(rows))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", action="append", required=True,
+    parser.add_argument("--corpus", action="append", default=[],
                         help="a loaded training corpus (never a dev or eval corpus); repeatable, one per --queries")
-    parser.add_argument("--queries", type=Path, action="append", required=True,
+    parser.add_argument("--queries", type=Path, action="append", default=[],
                         help="generated training queries over the --corpus of the same position (.jsonl)")
+    parser.add_argument("--model", type=Path,
+                        help="without --corpus: check this model file (default: the shipped one) instead of training")
     parser.add_argument("--out", type=Path, help="where to write the model (default: print only)")
     parser.add_argument("--prefix", type=int, default=50, help="leading candidates the model reorders")
     parser.add_argument("--l2", type=float, default=1e-2, help="L2 weight (the shipped model: 0.01)")
     parser.add_argument("--describe", default="", help="what the model was trained on, stored in the file")
-    parser.add_argument("--cache", type=Path, help="keep the candidate lists here (a re-fit skips the retrieval)")
+    parser.add_argument("--cache", type=Path,
+                        help="a directory that keeps the candidate lists (a re-fit or re-check skips the retrieval)")
+    parser.add_argument("--check", action="append", default=[], metavar="CORPUS=QUERIES",
+                        help="a development set to score the model on (repeatable)")
     args = parser.parse_args()
-    if args.cache and args.cache.exists():
-        rows = pickle.loads(args.cache.read_bytes())
-    else:
-        if len(args.corpus) != len(args.queries):
-            parser.error("give one --queries file per --corpus")
-        rows = [row for corpus, queries in zip(args.corpus, args.queries, strict=True)
-                for row in candidate_lists(corpus, queries, args.prefix)]
-        if args.cache:
-            args.cache.write_bytes(pickle.dumps(rows))
-    for row in rows:  # features from the cached evidence: a re-fit with new features needs no retrieval
-        row["matrix"] = feature_matrix(row["evidence"], row["query"].query)
+    if len(args.corpus) != len(args.queries):
+        parser.error("give one --queries file per --corpus")
+    checks = [tuple(item.split("=", 1)) for item in args.check]
+    if any(len(item) != 2 for item in checks):
+        parser.error("--check takes CORPUS=QUERIES")
+    if args.cache:
+        args.cache.mkdir(parents=True, exist_ok=True)
+    model = trained(args) if args.corpus else LinearRanker.load(args.model)
+    for corpus, queries in checks:
+        rows = cached(list_file(args.cache, "check", corpus, Path(queries)),
+                      lambda: candidate_lists(corpus, Path(queries), args.prefix, single_legs=True))
+        with_features(rows)
+        check(model, f"{corpus}:{Path(queries).stem}", rows)
+    if args.out and args.corpus:
+        model.save(args.out)
+        print(f"model -> {args.out}")
+
+
+def trained(args: argparse.Namespace) -> LinearRanker:
+    """The model fitted on every training query, after the cross-validated report and with its weights printed."""
+    rows = []
+    for corpus, queries in zip(args.corpus, args.queries, strict=True):
+        rows += cached(list_file(args.cache, "train", corpus, queries), lambda: candidate_lists(corpus, queries, args.prefix))
+    with_features(rows)
     report(rows, args.prefix, args.l2)
     model = LinearRanker.fit([(r["matrix"], r["grades"]) for r in rows], l2=args.l2, prefix=args.prefix,
                              trained_on=args.describe or f"corpora {', '.join(args.corpus)}, {len(rows)} queries")
     for name, weight in zip(FEATURE_NAMES, model.weights, strict=True):
         print(f"  {name:18} {weight:+.3f}")
-    if args.out:
-        model.save(args.out)
-        print(f"model -> {args.out}")
+    return model
+
+
+def list_file(cache: Path | None, kind: str, corpus: str, queries: Path) -> Path | None:
+    return cache / f"{kind}-{corpus}-{queries.stem}.pickle" if cache else None
+
+
+def with_features(rows: list[dict]) -> None:
+    """Features from the cached evidence: a re-fit with new features needs no retrieval."""
+    for row in rows:
+        row["matrix"] = feature_matrix(row["evidence"], row["query"].query)
 
 
 if __name__ == "__main__":
