@@ -37,6 +37,16 @@ def test_fit_learns_the_feature_that_orders_the_relevant_first():
     assert model.weights[4] > 3 * np.abs(np.delete(model.weights, 4)).max()
 
 
+def test_a_heavier_query_weight_decides_between_conflicting_queries():
+    """Queries of two kinds want different features first; the kind weighing more wins."""
+    rng = np.random.default_rng(7)
+    lists = _lists(rng, informative=2, queries=20) + _lists(rng, informative=5, queries=20)
+    for heavy, light in ((2, 5), (5, 2)):
+        weights = [4.0 if n < 20 and heavy == 2 or n >= 20 and heavy == 5 else 1.0 for n in range(40)]
+        model = LinearRanker.fit(lists, query_weights=weights)
+        assert model.weights[heavy] > model.weights[light] > 0
+
+
 def test_fit_refuses_lists_without_a_relevance_difference():
     flat = [(np.ones((5, len(FEATURE_NAMES))), np.zeros(5, dtype=int))]
     with pytest.raises(RerankModelError, match="nothing to learn"):
