@@ -67,7 +67,7 @@ def eval_command(
     if queries is None:
         raise typer.BadParameter("--queries is required (or --verdict QUESTIONS)", param_hint="--queries")
     if federated:
-        _federated(settings, queries, corpus, baseline, principals or [], k, as_json)
+        _federated(settings, queries, corpus, baseline, principals or [], k, as_json, rerank)
         return
     if not corpus or len(corpus) != 1:
         raise typer.BadParameter("name one corpus (or use --federated)", param_hint="--corpus")
@@ -108,7 +108,7 @@ def _single(
 
 def _federated(
     settings: Settings, queries: Path, corpora: list[str] | None, baseline: str | None, principals: list[str],
-    k: int, as_json: bool,
+    k: int, as_json: bool, rerank: bool = True,
 ) -> None:
     from ki_query.federation.evaluation import evaluate, evaluate_federated, load_queries
     from ki_query.federation.ranking import calibration_for
@@ -117,14 +117,18 @@ def _federated(
     with open_search(settings, principals) as search:
         scale = calibration_for(search.registry.embedder.signature)
         report = evaluate_federated(lambda **wiring: search.retriever(corpora, **wiring), loaded, scale=scale, k=k,
-                                    principals=principals)
-        alone = [evaluate(search.registry.retriever(b), loaded, label=f"{b} alone", k=k) for b in [baseline] if b]
+                                    principals=principals, rerank=rerank)
+        alone = [
+            evaluate(search.registry.retriever(b), loaded, label=f"{b} alone", k=k, rerank=rerank)
+            for b in [baseline] if b
+        ]
         available = [c for c in search.registry.available() if not corpora or c in corpora]
     if as_json:
-        typer.echo(json.dumps({"corpora": available, "federated": report.as_dict(),
+        typer.echo(json.dumps({"corpora": available, "rerank": rerank, "federated": report.as_dict(),
                                "alone": [r.as_dict() for r in alone]}, indent=2))
         return
-    _print(f"retrieval eval of the federation over {', '.join(available)}", [report.federated, *alone], k)
+    title = f"retrieval eval of the federation over {', '.join(available)}{'' if rerank else ', no reranking'}"
+    _print(title, [report.federated, *alone], k)
     _print_effects(report, len(loaded), k)
 
 

@@ -7,8 +7,9 @@ exclude_ids: [...], law_scope}. Chunks map back to their record id and a record 
 answer). `law_scope` is informational, never a filter. nDCG uses linear gain, as trec_eval.
 
 The federated path is scored as a caller gets it: cut to k with the corpus quota for the top-k
-figures, to 100 for Recall@100, and `exclude_ids` leave every corpus's hits before fusion (the
-citing Absatz's own references would hand the target to reference following). Each mechanism
+figures, to 100 for Recall@100, and `exclude_ids` leave every corpus's candidates before it ranks
+them (the citing Absatz's own references would hand the target to the reranker and to reference
+following). Each mechanism
 (anchors, Verweise, quota, named first) is then turned off alone to count the queries whose
 top k it changed.
 """
@@ -210,6 +211,8 @@ class WithoutExcluded:
     """The federation's scale step after dropping the current query's exclude_ids from a corpus's hits.
 
     The citing Absatz holds the answer, and reference following would read its masked references.
+    A corpus retriever that takes `exclude_records` has dropped them before its reranker read the
+    best hits' citations (evaluate_federated hands them over); this step catches every other one.
     A firm's index must not hold the documents the queries quote either (the caselaw queries are
     sentences of decisions/decisions.jsonl): that is for whoever loads it (docs/federation.md).
     """
@@ -265,7 +268,12 @@ def evaluate_federated(
     label: str = "federated",
     **query_kwargs: Any,
 ) -> FederatedEvalReport:
-    """Score the federated path; `make_retriever(**overrides)` builds it (with MECHANISMS' overrides)."""
+    """Score the federated path; `make_retriever(**overrides)` builds it (with MECHANISMS' overrides).
+
+    Each corpus gets the query's exclude_ids as `exclude_records`, as `evaluate` hands them to one
+    corpus: dropped only after a corpus ranked its hits, the citing Absatz would still have handed
+    the reranker its masked reference (cited_by_top), and the federation would score above the same
+    corpus alone for that reason only."""
     excluding = WithoutExcluded(scale)
     federation = make_retriever(scale=excluding)
     ablations = {name: make_retriever(scale=excluding, **off) for name, off in MECHANISMS.items()}
@@ -276,13 +284,14 @@ def evaluate_federated(
     for query in queries:
         excluding.excluded = frozenset(query.exclude_ids)
         depth = max(k, RANKING_DEPTH) + len(query.exclude_ids)
-        top_hits = federation.query(query.query, top_k=depth, max_final_results=k, **query_kwargs)
-        deep = federation.query(query.query, top_k=depth, max_final_results=RANKING_DEPTH, **query_kwargs)
+        asked = {**query_kwargs, "exclude_records": list(query.exclude_ids)} if query.exclude_ids else query_kwargs
+        top_hits = federation.query(query.query, top_k=depth, max_final_results=k, **asked)
+        deep = federation.query(query.query, top_k=depth, max_final_results=RANKING_DEPTH, **asked)
         top, deep_records = ranked_records(top_hits, query.exclude_ids), ranked_records(deep, query.exclude_ids)
         report.federated.results.append(QueryResult(query.qid, query.type, scored(query, top, deep_records, k)))
         report.top_k_hits.update(top_k_kinds(top_hits))
         for name, retriever in ablations.items():
-            hits = retriever.query(query.query, top_k=depth, max_final_results=k, **query_kwargs)
+            hits = retriever.query(query.query, top_k=depth, max_final_results=k, **asked)
             changed[name] += hit_keys(hits) != hit_keys(top_hits)
             alone = ranked_records(hits, query.exclude_ids)
             without[name].results.append(QueryResult(query.qid, query.type, scored(query, alone, alone, k)))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from ki_query.federation.evaluation import EvalQuery, evaluate, ndcg_at, ranked_records, recall_at
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def hit(record_id: str) -> dict:
@@ -90,6 +93,43 @@ def test_federated_eval_drops_the_citing_absatz_before_reference_following_and_c
     assert report.as_dict()["mechanisms"]["Verweise"]["without"] == {"ndcg@10": 0.0, "recall@10": 0.0}
 
 
+class CitationReadingRetriever:
+    """A corpus whose ranking reads its own candidates, as the reranker's cited_by_top does: a norm
+    that a candidate cites joins the list at the top. `exclude_records` leave before that read."""
+
+    def __init__(self, candidates: list[dict], cited: dict[str, dict]):
+        self.candidates = candidates
+        self.cited = cited
+        self.excluded_asked: list[list[str]] = []
+
+    def query(self, question: str, top_k: int = 8, exclude_records=()) -> list[dict]:
+        self.excluded_asked.append(list(exclude_records))
+        kept = [dict(h) for h in self.candidates if h["metadata"]["record_id"] not in set(exclude_records)]
+        lifted = [dict(self.cited[ref]) for ref in self.cited if any(ref in h["text"] for h in kept)]
+        return (lifted + kept)[:top_k]
+
+
+def test_federated_eval_hands_each_corpus_the_excluded_records_before_it_ranks() -> None:
+    from ki_query.federation.evaluation import evaluate_federated
+    from ki_query.federation.retriever import FederatedRetriever
+    from tests.ki_query.memory_corpora import MemoryRegistry
+
+    citing = statute_hit("BGB|§ 1|", "Es gilt § 9 entsprechend.", 0.9)
+    other = statute_hit("BGB|§ 2|", "Ein Satz ohne Verweis.", 0.8)
+    target = statute_hit("BGB|§ 9|", "Die Regel.", 1.0)
+    corpus = CitationReadingRetriever([citing, other], cited={"§ 9": target})
+
+    def make(**wiring):
+        return FederatedRetriever(MemoryRegistry({"statutes": corpus}), **{"max_verweis_normen": 0, **wiring})
+
+    query = EvalQuery(qid="q1", type="xref", query="Es gilt […] entsprechend.", relevant={"BGB|§ 9|": 2},
+                      exclude_ids=["BGB|§ 1|"])
+    report = evaluate_federated(make, [query], scale=None, k=10)
+    # Dropped only after the corpus ranked, the citing Absatz would have put § 9 first (nDCG 1.0).
+    assert report.federated.results[0].scores["ndcg@10"] == 0.0
+    assert corpus.excluded_asked and all(asked == ["BGB|§ 1|"] for asked in corpus.excluded_asked)
+
+
 # ------------------------------------------------------------------ the verdict on a question set
 
 
@@ -109,13 +149,10 @@ def test_a_verdict_report_counts_agreement_and_suggests_the_null_cosine() -> Non
 
 
 def test_the_committed_question_set_reads_and_a_bad_line_names_its_place(tmp_path) -> None:
-    from pathlib import Path
-
     from ki_query.federation.errors import EvalFileError
     from ki_query.federation.evaluation import load_verdict_questions
 
-    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "federation-verdict-questions.jsonl"
-    questions = load_verdict_questions(fixture)
+    questions = load_verdict_questions(FIXTURES / "federation-verdict-questions.jsonl")
     assert sum(q.expected == "found" for q in questions) >= 10
     assert sum(q.expected == "nothing relevant" for q in questions) >= 10
     bad = tmp_path / "bad.jsonl"
@@ -127,32 +164,61 @@ def test_the_committed_question_set_reads_and_a_bad_line_names_its_place(tmp_pat
 # ------------------------------------------------------------------ ki eval --federated / --verdict
 
 
-def test_ki_eval_scores_the_federation_beside_one_corpus_and_gives_verdicts(monkeypatch, tmp_path) -> None:
-    import json
-    from pathlib import Path
-
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    """A CliRunner and the ki app over an empty state with the hashing embedder; load(corpus, file)."""
     from typer.testing import CliRunner
 
     from ki.cli import app
 
-    fixtures = Path(__file__).resolve().parents[2] / "fixtures"
     monkeypatch.setenv("KI_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("KI_EMBEDDING__PROVIDER", "hashing")
     monkeypatch.setenv("KI_EMBEDDING__MODEL", "hashing")
     runner = CliRunner()
-    for corpus, path in (("statutes", "statutes-excerpt.jsonl"), ("extra", "statutes-verdict-supplement.jsonl")):
-        loaded = runner.invoke(app, ["corpus", "load", corpus, str(fixtures / path)])
+
+    def load(corpus: str, fixture: str) -> None:
+        loaded = runner.invoke(app, ["corpus", "load", corpus, str(FIXTURES / fixture)])
         assert loaded.exit_code == 0, loaded.output
-    queries = str(fixtures / "statute-queries-excerpt.jsonl")
+
+    return runner, app, load
+
+
+def test_ki_eval_scores_the_federation_beside_one_corpus_and_gives_verdicts(cli) -> None:
+    import json
+
+    runner, app, load = cli
+    load("statutes", "statutes-excerpt.jsonl")
+    load("extra", "statutes-verdict-supplement.jsonl")
+    queries = str(FIXTURES / "statute-queries-excerpt.jsonl")
     result = runner.invoke(app, ["eval", "--federated", "--queries", queries, "--baseline", "statutes", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["corpora"] == ["extra", "statutes"]
     assert set(report["federated"]["mechanisms"]) == {"anchors", "Verweise", "quota", "named first"}
     assert report["alone"][0]["label"] == "statutes alone"
-    verdicts = runner.invoke(app, ["eval", "--verdict", str(fixtures / "federation-verdict-questions.jsonl"), "--json"])
+    verdicts = runner.invoke(app, ["eval", "--verdict", str(FIXTURES / "federation-verdict-questions.jsonl"), "--json"])
     assert verdicts.exit_code == 0, verdicts.output
     per_question = json.loads(verdicts.stdout)["per_question"]
     assert len(per_question) == 28 and {r["status"] for r in per_question} <= {"found", "weak", "nothing relevant"}
     missing = runner.invoke(app, ["eval", "--federated"])
     assert missing.exit_code == 2 and "--queries" in missing.output
+
+
+def test_ki_eval_no_rerank_reaches_the_federation_and_its_baseline(cli) -> None:
+    import json
+
+    runner, app, load = cli
+    load("statutes", "statutes-excerpt.jsonl")
+    queries = str(FIXTURES / "statute-queries-excerpt.jsonl")
+
+    def per_query(args: list[str], pick) -> list[float]:
+        result = runner.invoke(app, ["eval", "--queries", queries, "--json", *args])
+        assert result.exit_code == 0, result.output
+        return [q["ndcg@10"] for q in pick(json.loads(result.stdout))["per_query"]]
+
+    flags = ("--rerank", "--no-rerank")
+    single = {flag: per_query(["--corpus", "statutes", flag], lambda r: r["runs"][0]) for flag in flags}
+    assert single["--rerank"] != single["--no-rerank"]  # the fixture shows whether the flag arrives
+    for flag in flags:
+        alone = per_query(["--federated", "--baseline", "statutes", flag], lambda r: r["alone"][0])
+        assert alone == single[flag]
