@@ -161,12 +161,17 @@ def evaluate(
     depth = max(k, RANKING_DEPTH)
     started = time.perf_counter()
     for query in queries:
-        excluded = {"exclude_records": query.exclude_ids} if query.exclude_ids else {}
-        hits = retriever.query(query.query, top_k=depth + len(query.exclude_ids), **excluded, **query_kwargs)
+        asked = excluding_kwargs(query, query_kwargs)
+        hits = retriever.query(query.query, top_k=depth + len(query.exclude_ids), **asked)
         ranked = ranked_records(hits, query.exclude_ids)
         report.results.append(QueryResult(query.qid, query.type, scored(query, ranked, ranked, k)))
     report.seconds = time.perf_counter() - started
     return report
+
+
+def excluding_kwargs(query: EvalQuery, query_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The retriever's keywords for one query: the caller's, plus its exclude_ids as `exclude_records`."""
+    return {**query_kwargs, "exclude_records": query.exclude_ids} if query.exclude_ids else dict(query_kwargs)
 
 
 def scored(query: EvalQuery, top: Sequence[str], deep: Sequence[str], k: int) -> dict[str, float]:
@@ -284,7 +289,7 @@ def evaluate_federated(
     for query in queries:
         excluding.excluded = frozenset(query.exclude_ids)
         depth = max(k, RANKING_DEPTH) + len(query.exclude_ids)
-        asked = {**query_kwargs, "exclude_records": list(query.exclude_ids)} if query.exclude_ids else query_kwargs
+        asked = excluding_kwargs(query, query_kwargs)
         top_hits = federation.query(query.query, top_k=depth, max_final_results=k, **asked)
         deep = federation.query(query.query, top_k=depth, max_final_results=RANKING_DEPTH, **asked)
         top, deep_records = ranked_records(top_hits, query.exclude_ids), ranked_records(deep, query.exclude_ids)

@@ -104,7 +104,8 @@ class CitationReadingRetriever:
 
     def query(self, question: str, top_k: int = 8, exclude_records=()) -> list[dict]:
         self.excluded_asked.append(list(exclude_records))
-        kept = [dict(h) for h in self.candidates if h["metadata"]["record_id"] not in set(exclude_records)]
+        excluded = set(exclude_records)
+        kept = [dict(h) for h in self.candidates if h["metadata"]["record_id"] not in excluded]
         lifted = [dict(self.cited[ref]) for ref in self.cited if any(ref in h["text"] for h in kept)]
         return (lifted + kept)[:top_k]
 
