@@ -84,7 +84,8 @@ def ingest_projects(tour: Tour) -> None:
         total = sum(1 for p in folder.rglob("*") if p.is_file()) - 1  # ki-manifest.json is not a document
         with progress_report(tour.console, f"ingest {project['name']}", "files", total) as progress:
             summary = sync_folder(tour.ctx, folder, project["name"], project.get("matter"),
-                                  on_file=lambda relative, _result: progress.advance(current=relative))
+                                  on_file=lambda relative, _result: progress.advance(current=relative),
+                                  declared_types=project.get("doc_types"))
             progress.update(total)
         tour.check(not summary.errors, f"{project['name']}: {summary.files} files, no conversion errors")
 

@@ -24,7 +24,7 @@ batch after the next file began (ChunkProgress).
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -208,10 +208,15 @@ def sync_folder(
     selection: FileSelection | None = None,
     on_chunks: OnChunks | None = None,
     only: Collection[str] | None = None,
+    declared_types: Mapping[str, str] | None = None,
 ) -> SyncSummary:
-    """Ingest the folder's files (`only`: just these relative paths, pruning nothing), then link."""
+    """Ingest the folder's files (`only`: just these relative paths, pruning nothing), then link.
+
+    `declared_types`: relative path -> document type, for files whose manifest entry declares none.
+    """
     selection = selection or FileSelection.from_settings(ctx.settings)
     manifest, _ = load_manifest(root)
+    manifest = manifest.declaring(declared_types) if declared_types else manifest
     source_id, project_id = register_folder(ctx, root, project_name)
     files, excluded = folder_files(root, selection, only)
     summary = SyncSummary(excluded=len(excluded))

@@ -81,6 +81,10 @@ class Document(Base):
     doc_type_id: Mapped[str | None] = mapped_column(
         ForeignKey("ontology_nodes.id", ondelete="SET NULL"), index=True
     )
+    # The type the source declares (a manifest's `doc_type`); doc_type_id is it or a narrower node
+    # the text shows (ki_workers.stages.metadata.decided_doc_type). An ontology id, checked when
+    # the manifest is read; no foreign key, so adding the column leaves the table's triggers be.
+    declared_doc_type: Mapped[str | None] = mapped_column(String(200))
     # Normalized identifier strings (case numbers, § references, register numbers).
     identifiers: Mapped[list[str]] = mapped_column(JSON, default=list)
     latest_final_version_id: Mapped[str | None] = mapped_column(

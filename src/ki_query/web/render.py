@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -11,28 +11,26 @@ from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from ki_query.text_match import MIN_PREFIX_CHARS, query_terms
+from ki_core.search.highlight import match_spans
 from ki_query.web.text import language_of, translator
 
 PACKAGE_DIR = Path(__file__).parent
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
 STATIC_DIR = PACKAGE_DIR / "static"
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def highlight(text: str, query: str | None) -> Markup:
-    """The text escaped, the query's words marked: a word matches a term as the excerpt chose it
-    (ki_query.text_match.first_match: the term, or its first letters, inside the word)."""
-    terms = query_terms(query or "")
-    if not terms:
-        return escape(text)
+def highlight(
+    text: str, query: str | None = None, *, terms: Sequence[str] = (), phrases: Sequence[str] = ()
+) -> Markup:
+    """The text escaped, the words the search matched marked (ki_core.search.highlight: analysed
+    tokens equal, a phrase as a whole). `query`: an unparsed query, each word a term; the query
+    language passes its plain `terms` and its quoted `phrases` apart."""
+    spans = match_spans(text, [*terms, *([query] if query else [])], phrases)
     parts: list[str] = []
     last = 0
-    for match in _WORD.finditer(text):
-        word = match.group().casefold()
-        if any(t in word or (len(t) > MIN_PREFIX_CHARS and t[:MIN_PREFIX_CHARS] in word) for t in terms):
-            parts += [escape(text[last:match.start()]), Markup("<mark>"), escape(match.group()), Markup("</mark>")]
-            last = match.end()
+    for start, end in spans:
+        parts += [escape(text[last:start]), Markup("<mark>"), escape(text[start:end]), Markup("</mark>")]
+        last = end
     parts.append(escape(text[last:]))
     return Markup("").join(parts)
 

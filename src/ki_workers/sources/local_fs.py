@@ -7,14 +7,16 @@ files are versions of one document, their status, matter, date and relations.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import date
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ki_core.models import RelationKind, VersionStatus
+from ki_core.models.ontology import OntologyKind
+from ki_core.ontology import load_ontology
 
 MANIFEST_NAMES = ("ki-manifest.json", "manifest.json")
 
@@ -48,7 +50,20 @@ class ManifestEntry(BaseModel):
     title: str | None = None
     doc_date: date | None = None
     language: str | None = None
+    # What the file is: an ontology id or its last segment ("decision", "letter", "contract.lease").
+    doc_type: str | None = None
     relations: list[ManifestRelation] = Field(default_factory=list)
+
+    @field_validator("doc_type")
+    @classmethod
+    def _known_doc_type(cls, value: str | None) -> str | None:
+        """The declared type as its ontology id; a name the ontology does not know is a manifest error."""
+        if value is None:
+            return None
+        node = load_ontology().resolve(OntologyKind.DOC_TYPE, value)
+        if node is None:
+            raise ValueError(f"unknown document type {value!r} (see ki_core/data/ontology.json)")
+        return node
 
 
 class Manifest(BaseModel):
@@ -61,6 +76,19 @@ class Manifest(BaseModel):
             if entry.path == relative_path:
                 return entry
         return ManifestEntry(path=relative_path)
+
+    def declaring(self, doc_types: Mapping[str, str]) -> Manifest:
+        """This manifest with `doc_types` (relative path -> type) declared where it declares none:
+        how a setup file beside the folders (examples/demo.json) types the files."""
+        entries = {entry.path: entry for entry in self.files}
+        for path, doc_type in doc_types.items():
+            entry = entries.get(path) or ManifestEntry(path=path)
+            if entry.doc_type is None:
+                try:
+                    entries[path] = ManifestEntry.model_validate({**entry.model_dump(), "doc_type": doc_type})
+                except ValidationError as exc:
+                    raise ManifestError(f"{path}: doc_type: {exc.errors()[0]['msg']}") from None
+        return Manifest(files=list(entries.values()))
 
 
 def load_manifest(root: Path) -> tuple[Manifest, Path | None]:

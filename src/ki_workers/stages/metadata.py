@@ -28,10 +28,13 @@ if TYPE_CHECKING:
     from ki_workers.context import WorkerContext
 
 # Bump when a rule changes what it extracts: the producer string tells artifacts apart.
-RULES_VERSION = 2
+RULES_VERSION = 3
 # The opening of a document is where its type, title and parties stand.
 HEAD_LINES = 15
 OPENING_CHARS = 2500
+# A published decision's headnotes may fill pages before its Tatbestand or Gründe (BAG 1966: 5,000 characters).
+DECISION_CHARS = 20000
+FIRST_HEADING_CHARS = 300
 # A clause row is embedded like a body chunk; keep it about one chunk long.
 CLAUSE_EXCERPT_CHARS = 1200
 
@@ -131,6 +134,24 @@ _DECISION_JUDGMENT = re.compile(
 )
 _DECISION_ORDER = re.compile(r"^beschluss\s*$|^beschluss vom\b|\bhat\b.{0,200}\bbeschlossen\s*:", _LINE | re.DOTALL)
 _ADMINISTRATIVE = re.compile(r"^(\w+)?bescheid\b", _LINE)
+# How published decisions (juris, Open Legal Data, the courts' own databases) are laid out: a headnote
+# or the operative part first, then the reasons under headings of their own line.
+_DECISION_OPENING = re.compile(r"^(leitsatz|leitsätze|orientierungssatz|orientierungssätze|tenor)\s*:?\s*$", re.I)
+_DECISION_SECTIONS = re.compile(r"^(tenor|gründe|tatbestand|entscheidungsgründe)\s*:?\s*$", _LINE)
+# Only an Urteil has a Tatbestand (or, on appeal, says why it has none: § 540 ZPO), is pronounced
+# "von Rechts wegen" and declares itself enforceable.
+_JUDGMENT_BODY = re.compile(
+    r"^(tatbestand|entscheidungsgründe|von rechts wegen)\s*:?\s*$|\b(das|dieses) urteil ist\b[^.\n]{0,60}\bvollstreckbar"
+    r"|\banstelle des tatbestand",
+    _LINE,
+)
+# A Beschwerde is always decided by Beschluss, as are leave to appeal and the choice of a court.
+_ORDER_BODY = re.compile(
+    r"\bbeschwerde\b[^\n]{0,300}?\b(ist unbegründet|ist unzulässig|zurückgewiesen|verworfen)"
+    r"|\bantrag auf zulassung der berufung wird abgelehnt|^die sache wird an das \w+ \w+ (zurück|ab)gegeben"
+    r"|\b(dieser|der) beschluss ist unanfechtbar|^gründe\s*:?\s*$",
+    _LINE,
+)
 _EMAIL_HEADER = re.compile(r"\A(?:(?:From|To|Cc|Bcc|Date|Sent|Subject|Von|An|Datum|Gesendet|Betreff): .*\n){2,}")
 _ANNEX = re.compile(r"^(anlage|anhang)\s*([a-z]{0,2}\s*\d+[a-z]?\b|zu\b)|^(anlage|anhang)\s*$", re.IGNORECASE)
 _MEMO_TYPES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -148,6 +169,12 @@ _PLEADING_TYPES: tuple[tuple[re.Pattern[str], str], ...] = (
 _PLEADING_BODY = re.compile(
     r"erheben? (wir )?(namens und in vollmacht .{0,120})?klage|\bin dem rechtsstreit\b.{0,2000}\b(beantragen|werden beantragen)",
     re.IGNORECASE | re.DOTALL,
+)
+# A law's own title: "Handelsgesetzbuch (HGB)", "Zivilprozessordnung", "Straßenverkehrs-Ordnung",
+# "Gesetz betreffend die Gesellschaften mit beschränkter Haftung", "Grundgesetz für die …".
+_STATUTE_TITLE = (
+    r"^[\w-]*(gesetz|gesetzbuch|ordnung)\b(\s*\([\w .-]+\))?\s*$|^(\w+gesetz|gesetz (über|zur|zum|zu|betreffend|gegen)"
+    r"|\w*verordnung)\b|\bgesetzbuch\b|^[\w-]*gesetzbuch\b"
 )
 # Heading keywords, most specific first: the first pattern that matches a head line wins.
 _HEADING_TYPES: tuple[tuple[str, str], ...] = (
@@ -171,12 +198,17 @@ _HEADING_TYPES: tuple[tuple[str, str], ...] = (
     (r"^(prozess|general|vorsorge)?vollmacht\b", "doc_type:power_of_attorney"),
     (r"^(rechnung|kostennote|kostenrechnung|vorschussrechnung)\b", "doc_type:invoice"),
     (r"^(sitzungs|verhandlungs|besprechungs)?protokoll\b|^niederschrift\b", "doc_type:minutes"),
-    (r"^(\w+gesetz|gesetz (über|zur|zum)|\w*verordnung)\b|\bgesetzbuch\b", "doc_type:statute"),
+    (_STATUTE_TITLE, "doc_type:statute"),
     (r"^(\w+)?(vertrag|vereinbarung)\b|\bagreement\b", "doc_type:contract"),
 )
 _HEADING_PATTERNS = tuple((re.compile(pattern, re.IGNORECASE), node) for pattern, node in _HEADING_TYPES)
 _LETTER = re.compile(r"^sehr geehrte|^liebe[rs]? |mit freundlichen grüßen|^hochachtungsvoll", _LINE)
+# A letter greets its reader before anything else; a contract's parties ("zwischen") come first.
+_GREETING = re.compile(r"^(sehr geehrte|liebe[rs]?\s|dear\s)", _LINE)
+_PARTIES_LINE = re.compile(r"^(zwischen|between)\b", _LINE)
 _CONTRACT_BODY = re.compile(r"\bzwischen\b.{0,600}\bund\b.{0,600}\b(vertrag|vereinbarung)\b", re.IGNORECASE | re.DOTALL)
+# Markdown's heading and emphasis marks around a line: "# Aktenvermerk", "**ENTWURF**".
+_MARKUP = re.compile(r"^#{1,6}\s+|^[*_]{1,3}|[*_]{1,3}$")
 
 
 def head_lines(text: str, count: int = HEAD_LINES) -> list[str]:
@@ -194,11 +226,13 @@ def head_lines(text: str, count: int = HEAD_LINES) -> list[str]:
 
 
 def classify_doc_type(text: str, title: str | None = None) -> str | None:
-    """The ontology id the opening of `text` announces, by rules in order of how telling they are."""
-    head = head_lines(text)
-    opening = text[:OPENING_CHARS]
-    for classify in (_decision_type, _email_type, _annex_type, _memo_type, _pleading_type):
-        found = classify(head, opening)
+    """The ontology id the opening of `text` announces, by rules in order of how telling they are.
+
+    The one place a document's type is read from its text; `decided_doc_type` weighs it
+    against the type its source declares."""
+    head = [_MARKUP.sub("", line).strip() for line in head_lines(text)]
+    for classify in (_decision_type, _email_type, _annex_type, _memo_type, _pleading_type, _greeting_type):
+        found = classify(head, text)
         if found:
             return found
     candidates = [title, *head] if title else head
@@ -207,29 +241,61 @@ def classify_doc_type(text: str, title: str | None = None) -> str | None:
         return found
     if _LETTER.search(text):
         return "doc_type:correspondence.letter"
-    return "doc_type:contract" if _CONTRACT_BODY.search(opening) else None
+    return "doc_type:contract" if _CONTRACT_BODY.search(text[:OPENING_CHARS]) else None
 
 
-def _decision_type(head: list[str], opening: str) -> str | None:
-    zone = "\n".join(head)
+def decided_doc_type(declared: str | None, extracted: str | None) -> str | None:
+    """The type a document gets: what its source declares, narrowed by what its text shows.
+
+    The manifest or DMS knows what a file is ("decision"); the text may say more (an
+    Urteil). A text that points elsewhere never overrides the declaration.
+    """
+    if declared is None:
+        return extracted
+    if extracted is not None and extracted in load_ontology() and declared in load_ontology().ancestors(extracted):
+        return extracted
+    return declared
+
+
+def _decision_type(head: list[str], text: str) -> str | None:
+    zone, opening = "\n".join(head), text[:OPENING_CHARS]
     if _DECISION_JUDGMENT.search(zone) or "für Recht erkannt" in opening:
         return "doc_type:decision.judgment"
     if _DECISION_ORDER.search(zone):
         return "doc_type:decision.order"
     if _ADMINISTRATIVE.search(zone):
         return "doc_type:decision.administrative"
+    if head and (_DECISION_OPENING.match(head[0]) or len(_DECISION_SECTIONS.findall(opening)) >= 2):
+        return _published_decision_kind(text[:DECISION_CHARS])
     return None
 
 
-def _email_type(_head: list[str], opening: str) -> str | None:
-    return "doc_type:correspondence.email" if _EMAIL_HEADER.match(opening) else None
+def _published_decision_kind(zone: str) -> str:
+    """Urteil or Beschluss by what only the one has; a bare headnote tells neither."""
+    if _JUDGMENT_BODY.search(zone):
+        return "doc_type:decision.judgment"
+    if _ORDER_BODY.search(zone):
+        return "doc_type:decision.order"
+    return "doc_type:decision"
 
 
-def _annex_type(head: list[str], _opening: str) -> str | None:
+def _greeting_type(_head: list[str], text: str) -> str | None:
+    """A salutation in the opening, with no party block above it: a letter, whatever its subject names."""
+    greeting = _GREETING.search(text, 0, OPENING_CHARS)
+    if greeting is None or _PARTIES_LINE.search(text, 0, greeting.start()):
+        return None
+    return "doc_type:correspondence.letter"
+
+
+def _email_type(_head: list[str], text: str) -> str | None:
+    return "doc_type:correspondence.email" if _EMAIL_HEADER.match(text[:OPENING_CHARS]) else None
+
+
+def _annex_type(head: list[str], _text: str) -> str | None:
     return "doc_type:annex" if head and _ANNEX.match(head[0]) else None
 
 
-def _memo_type(head: list[str], _opening: str) -> str | None:
+def _memo_type(head: list[str], _text: str) -> str | None:
     for line in head[:5]:
         for pattern, node in _MEMO_TYPES:
             if pattern.match(line):
@@ -237,17 +303,19 @@ def _memo_type(head: list[str], _opening: str) -> str | None:
     return None
 
 
-def _pleading_type(head: list[str], opening: str) -> str | None:
+def _pleading_type(head: list[str], text: str) -> str | None:
     for line in head:
         for pattern, node in _PLEADING_TYPES:
             if pattern.match(line):
                 return node
-    return "doc_type:pleading" if _PLEADING_BODY.search(opening) else None
+    return "doc_type:pleading" if _PLEADING_BODY.search(text[:OPENING_CHARS]) else None
 
 
 def _first_heading_type(lines: Iterable[str]) -> str | None:
-    for line in lines:
-        if len(line) > 120:
+    """A line longer than a heading is a sentence, except the first: a law's full title runs long
+    ("Sozialgesetzbuch (SGB) Fünftes Buch (V) - … - (Artikel 1 des Gesetzes v. 20. Dezember 1988 …)")."""
+    for index, line in enumerate(lines):
+        if len(line) > (FIRST_HEADING_CHARS if index == 0 else 120):
             continue
         for pattern, node in _HEADING_PATTERNS:
             if pattern.search(line):

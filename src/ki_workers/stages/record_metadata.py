@@ -27,7 +27,13 @@ from ki_core.models import (
     RelationKind,
 )
 from ki_workers.stages.rows import get_or_create_matter, version_and_document, versions_and_documents
-from ki_workers.stages.metadata import DocumentMetadata, MetadataExtractor, extractor_of, is_generic_title
+from ki_workers.stages.metadata import (
+    DocumentMetadata,
+    MetadataExtractor,
+    decided_doc_type,
+    extractor_of,
+    is_generic_title,
+)
 from ki_workers.stages.rules_ahead import Answer, RulesAhead, RulesHelper, runs_ahead, start_helper
 
 if TYPE_CHECKING:
@@ -353,8 +359,10 @@ def _apply(session: Session, document: Document, version: DocumentVersion, metad
     """
     if not document.title or is_generic_title(document.title):
         document.title = metadata.title or document.title
-    if metadata.doc_type and _known_node(session, metadata.doc_type):
-        document.doc_type_id = document.doc_type_id or metadata.doc_type
+    extracted = metadata.doc_type if metadata.doc_type and _known_node(session, metadata.doc_type) else None
+    # The first version's type stays the document's; one the source declared is only a floor.
+    earlier = document.doc_type_id if document.doc_type_id != document.declared_doc_type else None
+    document.doc_type_id = decided_doc_type(document.declared_doc_type, earlier or extracted)
     document.identifiers = _merged(metadata.identifiers, metadata.reference_numbers)
     version.doc_date = version.doc_date or metadata.doc_date
     version.language = metadata.language or version.language
