@@ -33,7 +33,7 @@ from ki_core.models import (
 )
 from ki_core.models.base import new_id, utcnow
 from ki_workers.sources.local_fs import ManifestEntry, document_key
-from ki_workers.stages.metadata import decided_doc_type
+from ki_workers.stages.record_metadata import declare_doc_type
 from ki_workers.stages.rows import BatchRows, get_or_create_document, get_or_create_matter, get_or_create_object
 from ki_workers.stages.attachments import (
     ATTACHMENT_ORIGIN,
@@ -83,12 +83,6 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def declare_doc_type(document: Document, declared: str) -> None:
-    """The source says what the document is: that type from now on, or the narrower one its text showed."""
-    document.declared_doc_type = declared
-    document.doc_type_id = decided_doc_type(declared, document.doc_type_id)
-
-
 def ingest_bytes(
     session: Session,
     *,
@@ -120,7 +114,7 @@ def ingest_bytes(
     if entry.title and not document.title:
         document.title = entry.title
     if entry.doc_type:
-        declare_doc_type(document, entry.doc_type)
+        declare_doc_type(session, document, entry.doc_type)
     name = filename or external_id
     stored = store_version(session, document, data, entry, filename=name, media_type=media_type, first=new_document)
     annexes = store_attachments(session, project, document, stored, mail_name=name)

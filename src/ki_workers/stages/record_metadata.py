@@ -360,9 +360,10 @@ def _apply(session: Session, document: Document, version: DocumentVersion, metad
     if not document.title or is_generic_title(document.title):
         document.title = metadata.title or document.title
     extracted = metadata.doc_type if metadata.doc_type and _known_node(session, metadata.doc_type) else None
+    declared = document.declared_doc_type if document.declared_doc_type and _known_node(session, document.declared_doc_type) else None
     # The first version's type stays the document's; one the source declared is only a floor.
-    earlier = document.doc_type_id if document.doc_type_id != document.declared_doc_type else None
-    document.doc_type_id = decided_doc_type(document.declared_doc_type, earlier or extracted)
+    earlier = document.doc_type_id if document.doc_type_id != declared else None
+    document.doc_type_id = decided_doc_type(declared, earlier or extracted)
     document.identifiers = _merged(metadata.identifiers, metadata.reference_numbers)
     version.doc_date = version.doc_date or metadata.doc_date
     version.language = metadata.language or version.language
@@ -370,6 +371,13 @@ def _apply(session: Session, document: Document, version: DocumentVersion, metad
         project = session.get(Project, document.project_id)
         matter = get_or_create_matter(session, project, metadata.matter)
         document.matter_id = matter.id if matter else None
+
+
+def declare_doc_type(session: Session, document: Document, declared: str) -> None:
+    """The source says what the document is: that type from now on, or the narrower one its text showed."""
+    document.declared_doc_type = declared
+    if _known_node(session, declared):
+        document.doc_type_id = decided_doc_type(declared, document.doc_type_id)
 
 
 def _known_node(session: Session, node_id: str) -> bool:
