@@ -62,3 +62,28 @@ def test_every_marked_word_analyses_to_a_query_token(text: str, term: str) -> No
     wanted = set(analyzer.analyze(term))
     for start, end in match_spans(text, [term]):
         assert analyzer.analyze(text[start:end]) and set(analyzer.analyze(text[start:end])) <= wanted
+
+
+# Words a highlight must read as both backends do: inflections the stemmer joins, a compound, stop words.
+AGREEMENT_WORDS = "Vertrag Verträge Vertrages unverträglich Vertragsstrafe Kündigung Kündigungen gekündigt der und aus Haftung"
+
+
+def test_the_opensearch_analyzer_reads_these_words_as_the_highlight_does() -> None:
+    """The index's ki_german analyzer, defined inline from index_settings, on the live node."""
+    import httpx
+
+    from ki_core.config import OpenSearchSettings
+    from ki_core.search.highlight import words
+    from ki_core.search.opensearch import TEXT_ANALYZER, index_settings
+    from tests.conftest import service_unavailable
+    from tests.ki_core.search.backends import OPENSEARCH_URL
+
+    if not OPENSEARCH_URL:
+        service_unavailable("opensearch", "KI_TEST_OPENSEARCH_URL is not set")
+    analysis = index_settings(OpenSearchSettings(hosts=[OPENSEARCH_URL]))["analysis"]
+    filters = [analysis["filter"].get(name, name) for name in analysis["analyzer"][TEXT_ANALYZER]["filter"]]
+    body = {"tokenizer": analysis["tokenizer"][TEXT_ANALYZER], "filter": filters, "text": AGREEMENT_WORDS}
+    response = httpx.post(f"{OPENSEARCH_URL}/_analyze", json=body, timeout=30)
+    response.raise_for_status()
+
+    assert [t["token"] for t in response.json()["tokens"]] == [w.token for w in words(AGREEMENT_WORDS) if w.token]
