@@ -359,11 +359,10 @@ def _apply(session: Session, document: Document, version: DocumentVersion, metad
     """
     if not document.title or is_generic_title(document.title):
         document.title = metadata.title or document.title
-    extracted = metadata.doc_type if metadata.doc_type and _known_node(session, metadata.doc_type) else None
-    declared = document.declared_doc_type if document.declared_doc_type and _known_node(session, document.declared_doc_type) else None
+    declared = _if_known(session, document.declared_doc_type)
     # The first version's type stays the document's; one the source declared is only a floor.
     earlier = document.doc_type_id if document.doc_type_id != declared else None
-    document.doc_type_id = decided_doc_type(declared, earlier or extracted)
+    document.doc_type_id = decided_doc_type(declared, earlier or _if_known(session, metadata.doc_type))
     document.identifiers = _merged(metadata.identifiers, metadata.reference_numbers)
     version.doc_date = version.doc_date or metadata.doc_date
     version.language = metadata.language or version.language
@@ -378,6 +377,10 @@ def declare_doc_type(session: Session, document: Document, declared: str) -> Non
     document.declared_doc_type = declared
     if _known_node(session, declared):
         document.doc_type_id = decided_doc_type(declared, document.doc_type_id)
+
+
+def _if_known(session: Session, node_id: str | None) -> str | None:
+    return node_id if node_id and _known_node(session, node_id) else None
 
 
 def _known_node(session: Session, node_id: str) -> bool:
