@@ -186,7 +186,7 @@ def _agrees(candidate: Candidate, chunk_version: str, chunk_document: str, facts
 _VERSION_COLUMNS = (
     DocumentVersion.id, DocumentVersion.seq, DocumentVersion.version_label, DocumentVersion.status,
     DocumentVersion.doc_date, DocumentVersion.language,
-    Document.id, Document.key, Document.title, Document.latest_final_version_id,
+    Document.id, Document.key, Document.title, Document.doc_type_id, Document.latest_final_version_id,
     Project.id, Project.name, Project.title,
 )
 # Where a row of the visible-chunks statement leaves the chunk and version columns for the observation's.
@@ -205,10 +205,10 @@ def _described(stmt: Select) -> Select:
 class _Described:
     """A version, its document and project as citations show them, from one row of _VERSION_COLUMNS."""
 
-    def __init__(self, version_id, seq, label, status, doc_date, language, document_id, key, title, latest,
+    def __init__(self, version_id, seq, label, status, doc_date, language, document_id, key, title, doc_type, latest,
                  project_id, project_name, project_title) -> None:
         self.version = VersionRef(id=version_id, seq=seq, label=label, status=str(status), doc_date=doc_date)
-        self.document = DocumentRef(id=document_id, key=key, title=title)
+        self.document = DocumentRef(id=document_id, key=key, title=title, doc_type=doc_type)
         self.project = ProjectRef(id=project_id, name=project_name, title=project_title)
         self.language = language
         self.latest_final_version_id = latest

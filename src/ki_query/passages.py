@@ -1,0 +1,79 @@
+"""The passage of a version's own text that a hit shows, and where it lies in that text.
+
+A hit may be a body chunk, the version's `_profile` row ("Titel: … Dokumenttyp: …",
+labelled lines written for ranking) or a clause row (an extract of the metadata
+stage). Only a body chunk is the document's own words at a known place, so a
+profile or clause hit shows the body chunk of its version that holds the
+query's words (the first body chunk when none does): no labelled line reaches
+an excerpt, and the document page can highlight the passage at its offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ki_core.acl import in_set
+from ki_core.models import Chunk, ChunkKind
+from ki_query.fusion import Candidate
+from ki_query.text_match import excerpt, first_match, query_terms
+
+
+@dataclass(frozen=True)
+class Passage:
+    excerpt: str
+    # Characters [start, end) of the version's text the passage covers; None where unknown.
+    start: int | None = None
+    end: int | None = None
+
+
+def shown_passages(session: Session, shown: Sequence[Candidate], texts: dict[int, str], query: str) -> dict[int, Passage]:
+    """{chunk_id: the passage its hit shows}, for the page's candidates: two round trips at most."""
+    body = [c.chunk_id for c in shown if c.chunk_kind == ChunkKind.CHUNK.value]
+    spans = _spans(session, body)
+    passages = {
+        chunk_id: Passage(excerpt(texts.get(chunk_id, ""), query), *spans.get(chunk_id, (None, None)))
+        for chunk_id in body
+    }
+    others = [c for c in shown if c.chunk_kind != ChunkKind.CHUNK.value]
+    if others:
+        chunks = _body_chunks(session, {c.version_id for c in others})
+        for candidate in others:
+            passages[candidate.chunk_id] = _best_passage(chunks.get(candidate.version_id, []), query)
+    return passages
+
+
+def _spans(session: Session, chunk_ids: Collection[int]) -> dict[int, tuple[int | None, int | None]]:
+    if not chunk_ids:
+        return {}
+    rows = session.execute(select(Chunk.id, Chunk.char_start, Chunk.char_end).where(in_set(Chunk.id, chunk_ids)))
+    return {chunk_id: (start, end) for chunk_id, start, end in rows}
+
+
+def _body_chunks(session: Session, version_ids: Collection[str]) -> dict[str, list[tuple[str, int | None, int | None]]]:
+    """{version_id: its body chunks (text, start, end) in text order}."""
+    rows = session.execute(
+        select(Chunk.version_id, Chunk.text, Chunk.char_start, Chunk.char_end)
+        .where(in_set(Chunk.version_id, version_ids), Chunk.kind == ChunkKind.CHUNK)
+        .order_by(Chunk.version_id, Chunk.ordinal)
+    )
+    found: dict[str, list[tuple[str, int | None, int | None]]] = {}
+    for version_id, text, start, end in rows:
+        found.setdefault(version_id, []).append((text, start, end))
+    return found
+
+
+def _best_passage(chunks: list[tuple[str, int | None, int | None]], query: str) -> Passage:
+    """The body chunk with the most of the query's words (the earliest among equals); none: no text."""
+    if not chunks:
+        return Passage("")
+    terms = query_terms(query)
+    _, best = max(enumerate(chunks), key=lambda item: (_matched_terms(item[1][0], terms), -item[0]))
+    return Passage(excerpt(best[0], query), best[1], best[2])
+
+
+def _matched_terms(text: str, terms: frozenset[str]) -> int:
+    return sum(first_match(text, frozenset([term])) is not None for term in terms)
