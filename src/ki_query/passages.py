@@ -49,7 +49,8 @@ def shown_passages(session: Session, shown: Sequence[Candidate], texts: dict[int
 def _spans(session: Session, chunk_ids: Collection[int]) -> dict[int, tuple[int | None, int | None]]:
     if not chunk_ids:
         return {}
-    rows = session.execute(select(Chunk.id, Chunk.char_start, Chunk.char_end).where(in_set(Chunk.id, chunk_ids)))
+    # A page's ids (at most the ranked window): a plain IN; in_set's text arrays do not compare with bigint.
+    rows = session.execute(select(Chunk.id, Chunk.char_start, Chunk.char_end).where(Chunk.id.in_(sorted(chunk_ids))))
     return {chunk_id: (start, end) for chunk_id, start, end in rows}
 
 
