@@ -8,12 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from sqlalchemy import select
+from pathlib import Path
+
+from sqlalchemy import select, update
 
 from ki.commands import query
 from ki_core.config import load_settings
 from ki_core.db import engine_from_settings
-from ki_core.models import DocumentVersion
+from ki_core.models import Document, DocumentVersion
 from tests.ki.cli_store import database, ki, store  # noqa: F401 - fixtures
 from tests.ki.test_query_cli import listed, list_json, unused_prefix  # noqa: F401 - fixture
 
@@ -72,3 +74,36 @@ def test_the_text_of_a_document_the_caller_cannot_see_answers_like_none(listed: 
         answers[reference] = (result.exit_code, result.output.replace(reference, "REF"))
     assert answers[secret] == answers[missing] == (1, "error: no document 'REF'\n")
     assert ki("get", secret, "--as", "carol", "--text").exit_code == 0
+
+
+def test_store_pages_gives_pdfs_converted_before_their_page_offsets(store: Path) -> None:  # noqa: F811
+    from tests.ki_workers.stages.test_convert import make_pdf
+
+    (store / "protokoll.pdf").write_bytes(make_pdf([["Erste Seite"], ["Zweite Seite"]]))
+    (store / "verschoben.pdf").write_bytes(make_pdf([["Nur eine Seite"]]))
+    assert ki("ingest", str(store), "--project", "mietsache", "--exclude", "kaputt.pdf").exit_code == 0
+    engine = engine_from_settings(load_settings())
+    try:
+        with engine.begin() as connection:  # as a store converted before migration 0015 left them
+            connection.execute(update(DocumentVersion).values(page_starts=None))
+    finally:
+        engine.dispose()
+    (store / "verschoben.pdf").write_bytes(b"%PDF-1.4 changed")
+
+    result = ki("store", "pages")
+
+    assert result.exit_code == 0, result.output
+    assert "1 PDF version(s) got page offsets, 1 kept none" in result.output
+    assert "verschoben.pdf has changed since it was ingested" in result.output
+    text = json.loads(ki("get", document_id_of("protokoll"), "--as", "role:admin", "--text", "--json",
+                         "--section", "page:2").output)["text"]
+    assert text == "Zweite Seite"
+
+
+def document_id_of(key: str) -> str:
+    engine = engine_from_settings(load_settings())
+    try:
+        with engine.connect() as connection:
+            return connection.scalar(select(Document.id).where(Document.key == key))
+    finally:
+        engine.dispose()

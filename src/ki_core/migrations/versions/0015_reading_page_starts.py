@@ -2,9 +2,9 @@
 
 The converter joined a PDF's pages with blank lines and forgot where one page
 ended; the text view serves a document page by page (issue 38), so ingest now
-records the start offsets. Versions converted before keep NULL: their text is
-served whole-document with its headings as sections, and they get page
-offsets when their file is converted again (a changed file is a new version).
+records the start offsets. Versions converted before keep NULL (their text is
+served with its headings as sections) until `ki store pages` converts their
+unchanged files again and records the offsets where the text comes out the same.
 
 Revision ID: 0015_reading_page_starts
 Revises: 0014_summary_lock_from_change
