@@ -20,6 +20,7 @@ from ki_core.acl import in_set
 from ki_core.models import Chunk, ChunkKind
 from ki_query.fusion import Candidate
 from ki_query.text_match import excerpt, first_match, query_terms
+from ki_query.verification import ChunkText
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,13 @@ class Passage:
     end: int | None = None
 
 
-def shown_passages(session: Session, shown: Sequence[Candidate], texts: dict[int, str], query: str) -> dict[int, Passage]:
-    """{chunk_id: the passage its hit shows}, for the page's candidates: two round trips at most."""
-    body = [c.chunk_id for c in shown if c.chunk_kind == ChunkKind.CHUNK.value]
-    spans = _spans(session, body)
+def shown_passages(
+    session: Session, shown: Sequence[Candidate], texts: dict[int, ChunkText], query: str
+) -> dict[int, Passage]:
+    """{chunk_id: the passage its hit shows}, for the page's candidates (`texts`: theirs, as read for the
+    page): no round trip when all are body chunks, one for the body chunks of the others' versions."""
     passages = {
-        chunk_id: Passage(excerpt(texts.get(chunk_id, ""), query), *spans.get(chunk_id, (None, None)))
-        for chunk_id in body
+        c.chunk_id: _passage(texts.get(c.chunk_id), query) for c in shown if c.chunk_kind == ChunkKind.CHUNK.value
     }
     others = [c for c in shown if c.chunk_kind != ChunkKind.CHUNK.value]
     if others:
@@ -46,34 +47,30 @@ def shown_passages(session: Session, shown: Sequence[Candidate], texts: dict[int
     return passages
 
 
-def _spans(session: Session, chunk_ids: Collection[int]) -> dict[int, tuple[int | None, int | None]]:
-    if not chunk_ids:
-        return {}
-    # A page's ids (at most the ranked window): a plain IN; in_set's text arrays do not compare with bigint.
-    rows = session.execute(select(Chunk.id, Chunk.char_start, Chunk.char_end).where(Chunk.id.in_(sorted(chunk_ids))))
-    return {chunk_id: (start, end) for chunk_id, start, end in rows}
+def _passage(chunk: ChunkText | None, query: str) -> Passage:
+    return Passage("") if chunk is None else Passage(excerpt(chunk.text, query), chunk.start, chunk.end)
 
 
-def _body_chunks(session: Session, version_ids: Collection[str]) -> dict[str, list[tuple[str, int | None, int | None]]]:
-    """{version_id: its body chunks (text, start, end) in text order}."""
+def _body_chunks(session: Session, version_ids: Collection[str]) -> dict[str, list[ChunkText]]:
+    """{version_id: its body chunks in text order}."""
     rows = session.execute(
         select(Chunk.version_id, Chunk.text, Chunk.char_start, Chunk.char_end)
         .where(in_set(Chunk.version_id, version_ids), Chunk.kind == ChunkKind.CHUNK)
         .order_by(Chunk.version_id, Chunk.ordinal)
     )
-    found: dict[str, list[tuple[str, int | None, int | None]]] = {}
+    found: dict[str, list[ChunkText]] = {}
     for version_id, text, start, end in rows:
-        found.setdefault(version_id, []).append((text, start, end))
+        found.setdefault(version_id, []).append(ChunkText(text, start, end))
     return found
 
 
-def _best_passage(chunks: list[tuple[str, int | None, int | None]], query: str) -> Passage:
+def _best_passage(chunks: list[ChunkText], query: str) -> Passage:
     """The body chunk with the most of the query's words (the earliest among equals); none: no text."""
     if not chunks:
         return Passage("")
     terms = query_terms(query)
-    _, best = max(enumerate(chunks), key=lambda item: (_matched_terms(item[1][0], terms), -item[0]))
-    return Passage(excerpt(best[0], query), best[1], best[2])
+    _, best = max(enumerate(chunks), key=lambda item: (_matched_terms(item[1].text, terms), -item[0]))
+    return _passage(best, query)
 
 
 def _matched_terms(text: str, terms: frozenset[str]) -> int:

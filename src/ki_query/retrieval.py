@@ -78,6 +78,7 @@ from ki_query.types import (
     check_window,
 )
 from ki_query.verification import (
+    ChunkText,
     VerifiedChunk,
     access_reason,
     chunk_texts,
@@ -216,7 +217,7 @@ class RetrievalService:
     def _verified_ranking(
         self, session: Session, scope: CompiledAccessScope, principals: list[str], request: SearchRequest,
         candidates: Sequence[Candidate], clock: StepClock, stale_raises: bool,
-    ) -> tuple[Viewer, list[Candidate], dict[int, VerifiedChunk], dict[int, str]]:
+    ) -> tuple[Viewer, list[Candidate], dict[int, VerifiedChunk], dict[int, ChunkText]]:
         """Steps 6-7: SQL re-verification with citations, collapse, rerank of the prefix.
 
         Candidates are verified best first, in batches, until the collapsed list holds the
@@ -295,7 +296,7 @@ class RetrievalService:
         return RERANK_PREFIX if self.settings.retrieval.rerank_provider == "gateway" else OFFLINE_PREFIX
 
     def _rerank(
-        self, query: str, ranked: list[Candidate], verified: dict[int, VerifiedChunk], texts: dict[int, str]
+        self, query: str, ranked: list[Candidate], verified: dict[int, VerifiedChunk], texts: dict[int, ChunkText]
     ) -> list[Candidate]:
         """The top OFFLINE_PREFIX hits reordered by the offline ranker (retrieval.rerank_provider
         "offline", no network) or the top RERANK_PREFIX by one gateway call ("gateway"; an error propagates, no silent
@@ -309,7 +310,7 @@ class RetrievalService:
             cosine = getattr(self.index, "cosine", lambda score: score)
             return offline_reranked(query, ranked, model, key, cosine)
         listing = [
-            (key(c), f"{verified[c.chunk_id].facts.document.title or ''}\n{texts.get(c.chunk_id, '')}".strip())
+            (key(c), f"{verified[c.chunk_id].facts.document.title or ''}\n{_text_of(texts, c.chunk_id)}".strip())
             for c in prefix
         ]
         scores = self._chat_gateway().rerank(query, listing, model=self.settings.retrieval.rerank_model)
@@ -494,6 +495,11 @@ class StaleScope(Exception):
 def _as_list(principals: Iterable[str]) -> list[str]:
     """A lone string is one principal, not a sequence of one-letter principals."""
     return [principals] if isinstance(principals, str) else list(principals)
+
+
+def _text_of(texts: dict[int, ChunkText], chunk_id: int) -> str:
+    shown = texts.get(chunk_id)
+    return shown.text if shown is not None else ""
 
 
 def _rerank_key(collapsed: bool) -> Callable[[Candidate], str]:

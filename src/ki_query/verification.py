@@ -336,17 +336,27 @@ def _active_observations_statement() -> Select:
 # ------------------------------------------------------------------ text and explanations
 
 
-def chunk_texts(session: Session, chunk_ids: Collection[int]) -> dict[int, str]:
-    """Texts of the chunks that are shown (only the page and the rerank prefix): one round-trip."""
+@dataclass(frozen=True)
+class ChunkText:
+    text: str
+    # Where a body chunk lies in its version's text, [start, end); None for profile and clause rows.
+    start: int | None
+    end: int | None
+
+
+def chunk_texts(session: Session, chunk_ids: Collection[int]) -> dict[int, ChunkText]:
+    """Texts and places of the chunks that are shown (only the page and the rerank prefix): one round-trip."""
     if not chunk_ids:
         return {}
     rows = session.connection().execute(_chunk_texts_statement(), {"chunk_ids": chunk_ids})
-    return {chunk_id: text for chunk_id, text in rows}
+    return {chunk_id: ChunkText(text, start, end) for chunk_id, text, start, end in rows}
 
 
 @functools.cache
 def _chunk_texts_statement() -> Select:
-    return select(Chunk.id, Chunk.text).where(in_set(Chunk.id, set_parameter("chunk_ids", integers=True)))
+    return select(Chunk.id, Chunk.text, Chunk.char_start, Chunk.char_end).where(
+        in_set(Chunk.id, set_parameter("chunk_ids", integers=True))
+    )
 
 
 def grant_paths(
