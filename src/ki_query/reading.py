@@ -30,7 +30,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ki_core.acl import Viewer
-from ki_core.models import Document, DocumentVersion, Source, SourceKind
+from ki_core.models import DocumentVersion, Source, SourceKind
 from ki_core.text_structure import Section, sections_of
 from ki_query import graph
 from ki_query.citations import decision_citations, german_citation, is_decision
@@ -143,8 +143,7 @@ def read_text(session: Session, viewer: Viewer, document_id: str, request: TextR
     start, end = _bounds(sections, request, total, version_id)
     stop = min(end, start + request.limit)
     text = _slice(session, version_id, start, stop - start) if stop > start else ""
-    doc_type = session.scalar(select(Document.doc_type_id).where(Document.id == document_id))
-    decision = decision_citations(session, [version_id]).get(version_id) if is_decision(doc_type) else None
+    decision = decision_citations(session, [version_id]).get(version_id) if is_decision(view.document.doc_type) else None
     return DocumentText(
         document_id=document_id, version_id=version_id, offset=start, total_chars=total, text=text,
         sections=tuple(TextSection(**vars(s)) for s in sections), next_offset=stop if stop < end else None,
