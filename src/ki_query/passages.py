@@ -5,7 +5,8 @@ labelled lines written for ranking) or a clause row (an extract of the metadata
 stage). Only a body chunk is the document's own words at a known place, so a
 profile or clause hit shows the body chunk of its version that holds the
 query's words (the first body chunk when none does): no labelled line reaches
-an excerpt, and the document page can highlight the passage at its offsets.
+an excerpt, and the document page can highlight the passage at its offsets. A
+clause row's passage is the stretch of body text the clause was cut from.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from ki_core.models import Chunk, ChunkKind
 from ki_query.fusion import Candidate
 from ki_query.text_match import excerpt, first_match, query_terms
 from ki_query.verification import ChunkText
+
+
+# How much of a clause's opening must be found in a body chunk: a heading and the start of its sentence.
+CLAUSE_PROBE_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,23 @@ def shown_passages(
     if others:
         chunks = _body_chunks(session, {c.version_id for c in others})
         for candidate in others:
-            passages[candidate.chunk_id] = _best_passage(chunks.get(candidate.version_id, []), query)
+            body = chunks.get(candidate.version_id, [])
+            clause = texts.get(candidate.chunk_id) if candidate.chunk_kind == ChunkKind.CLAUSE.value else None
+            found = _clause_passage(body, clause.text, query) if clause is not None else None
+            passages[candidate.chunk_id] = found or _best_passage(body, query)
     return passages
+
+
+def _clause_passage(chunks: list[ChunkText], clause: str, query: str) -> Passage | None:
+    """Where the body holds the clause row's words (the rules cut a clause out of the text verbatim, a
+    long one shortened with " …"): that stretch of the body; None when no body chunk holds its start."""
+    words = clause.removesuffix(" …").strip()
+    probe = words[:CLAUSE_PROBE_CHARS]
+    for chunk in chunks:
+        at = chunk.text.find(probe) if probe and chunk.start is not None else -1
+        if at >= 0:
+            return Passage(excerpt(words, query), chunk.start + at, chunk.start + at + len(words))
+    return None
 
 
 def _passage(chunk: ChunkText | None, query: str) -> Passage:
