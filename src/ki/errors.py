@@ -51,6 +51,8 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_query.types.InvalidFilters", EXIT_FAILED),
     ("ki_query.types.InvalidDecision", EXIT_FAILED),
     ("ki_query.types.DocumentNotFound", EXIT_FAILED),
+    ("ki_query.reading.TextRangeRefused", EXIT_FAILED),
+    ("ki_query.reading.OriginalUnavailable", EXIT_FAILED),
     ("ki_query.id_prefix.IdNotFound", EXIT_FAILED),
     ("ki_query.id_prefix.AmbiguousId", EXIT_FAILED),
     ("ki_query.identity.Unauthenticated", EXIT_FAILED),

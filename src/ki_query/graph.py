@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from ki_core.acl import Viewer, in_set
 from ki_core.models import Document, DocumentVersion, Relation, RelationKind
+from ki_query.citations import decision_citations, german_citation, is_decision
 from ki_query.types import (
     DocumentNotFound,
     DocumentView,
@@ -47,7 +48,20 @@ def document_views(session: Session, viewer: Viewer, document_ids: Collection[st
     if not by_document:
         return {}
     documents = session.scalars(select(Document).where(in_set(Document.id, by_document))).all()
-    return {d.id: _view(d, by_document[d.id]) for d in documents}
+    views = {d.id: _view(d, by_document[d.id]) for d in documents}
+    return _cited(session, views)
+
+
+def _cited(session: Session, views: dict[str, DocumentView]) -> dict[str, DocumentView]:
+    """Each view with the German citation of its cited version (one read for the decisions among them)."""
+    decided = decision_citations(session, [v.cited_version.version.id for v in views.values() if is_decision(v.doc_type)])
+    return {
+        document_id: view.model_copy(update={"cite_as": german_citation(
+            view.document, view.cited_version.version, view.cited_version.source_objects,
+            decided.get(view.cited_version.version.id),
+        )})
+        for document_id, view in views.items()
+    }
 
 
 def _view(document: Document, facts: list[VersionFacts]) -> DocumentView:

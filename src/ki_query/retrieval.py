@@ -42,7 +42,7 @@ from ki_core.search.types import (
 # Per-leg depth of every ranked search: the bound of spec's oversampling, min(max(n * 5, 50), 2500),
 # at the deepest window a caller may page to (MAX_RANKED_WINDOW).
 RANKED_LEG_DEPTH = oversampled_window(MAX_RANKED_WINDOW)
-from ki_query import decisions, graph
+from ki_query import decisions, graph, reading
 from ki_query.fusion import (
     RERANK_PREFIX,
     Candidate,
@@ -51,10 +51,12 @@ from ki_query.fusion import (
     prefix_covering,
     rerank_prefix,
 )
+from ki_query.reading import DocumentText, OriginalFile, TextRequest
 from ki_query.rerank.firm import OFFLINE_PREFIX, offline_reranked
 from ki_query.rerank.model import offline_ranker
 from ki_query.scope import AccessService, CompiledAccessScope
-from ki_query.text_match import excerpt
+from ki_query.citations import decision_citations, german_citation, is_decision
+from ki_query.passages import Passage, shown_passages
 from ki_query.types import (
     DEFAULT_LIMIT,
     Citation,
@@ -76,6 +78,7 @@ from ki_query.types import (
     check_window,
 )
 from ki_query.verification import (
+    ChunkText,
     VerifiedChunk,
     access_reason,
     chunk_texts,
@@ -176,8 +179,10 @@ class RetrievalService:
             )
             page = ranked[request.offset : request.window]
             explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
+            passages = shown_passages(session, page, texts, request.query)
+            decided = decision_citations(session, _decision_versions(page, verified))
         hits = tuple(
-            _hit(c, verified[c.chunk_id], excerpt(texts.get(c.chunk_id, ""), request.query), explanations.get(c.chunk_id))
+            _hit(c, verified[c.chunk_id], passages[c.chunk_id], explanations.get(c.chunk_id), decided)
             for c in page
         )
         return SearchResponse(hits=hits, has_more=len(ranked) > request.window, timings=clock.timings())
@@ -212,7 +217,7 @@ class RetrievalService:
     def _verified_ranking(
         self, session: Session, scope: CompiledAccessScope, principals: list[str], request: SearchRequest,
         candidates: Sequence[Candidate], clock: StepClock, stale_raises: bool,
-    ) -> tuple[Viewer, list[Candidate], dict[int, VerifiedChunk], dict[int, str]]:
+    ) -> tuple[Viewer, list[Candidate], dict[int, VerifiedChunk], dict[int, ChunkText]]:
         """Steps 6-7: SQL re-verification with citations, collapse, rerank of the prefix.
 
         Candidates are verified best first, in batches, until the collapsed list holds the
@@ -291,7 +296,7 @@ class RetrievalService:
         return RERANK_PREFIX if self.settings.retrieval.rerank_provider == "gateway" else OFFLINE_PREFIX
 
     def _rerank(
-        self, query: str, ranked: list[Candidate], verified: dict[int, VerifiedChunk], texts: dict[int, str]
+        self, query: str, ranked: list[Candidate], verified: dict[int, VerifiedChunk], texts: dict[int, ChunkText]
     ) -> list[Candidate]:
         """The top OFFLINE_PREFIX hits reordered by the offline ranker (retrieval.rerank_provider
         "offline", no network) or the top RERANK_PREFIX by one gateway call ("gateway"; an error propagates, no silent
@@ -305,7 +310,7 @@ class RetrievalService:
             cosine = getattr(self.index, "cosine", lambda score: score)
             return offline_reranked(query, ranked, model, key, cosine)
         listing = [
-            (key(c), f"{verified[c.chunk_id].facts.document.title or ''}\n{texts.get(c.chunk_id, '')}".strip())
+            (key(c), f"{verified[c.chunk_id].facts.document.title or ''}\n{_text_of(texts, c.chunk_id)}".strip())
             for c in prefix
         ]
         scores = self._chat_gateway().rerank(query, listing, model=self.settings.retrieval.rerank_model)
@@ -363,8 +368,10 @@ class RetrievalService:
             found, verified = self._verified_listing(session, viewer, scope, filters, want, clock)
             page = found[offset : offset + limit]
             texts = chunk_texts(session, {c.chunk_id for c in page})
+            passages = shown_passages(session, page, texts, "")
+            decided = decision_citations(session, _decision_versions(page, verified))
             clock.lap("verify")
-        hits = tuple(_hit(c, verified[c.chunk_id], excerpt(texts.get(c.chunk_id, ""), ""), None) for c in page)
+        hits = tuple(_hit(c, verified[c.chunk_id], passages[c.chunk_id], None, decided) for c in page)
         return SearchResponse(hits=hits, has_more=len(found) > offset + limit, timings=clock.timings())
 
     def _verified_listing(
@@ -410,6 +417,18 @@ class RetrievalService:
         with self._session() as session:
             viewer = viewer_for(session, _as_list(principals), self.settings)
             return graph.get_document(session, viewer, document_id)
+
+    def read_text(self, document_id: str, request: TextRequest, principals: Iterable[str]) -> DocumentText:
+        """One read of a visible version's text (every surface's; an audit record of reads belongs here)."""
+        with self._session() as session:
+            viewer = viewer_for(session, _as_list(principals), self.settings)
+            return reading.read_text(session, viewer, document_id, request)
+
+    def read_original(self, document_id: str, version_id: str | None, principals: Iterable[str]) -> OriginalFile:
+        """One read of a visible version's file (every surface's; an audit record of reads belongs here)."""
+        with self._session() as session:
+            viewer = viewer_for(session, _as_list(principals), self.settings)
+            return reading.read_original(session, viewer, document_id, version_id)
 
     def traverse(
         self, document_id: str, principals: Iterable[str], kinds: Iterable[RelationKind | str] | None = None,
@@ -478,6 +497,11 @@ def _as_list(principals: Iterable[str]) -> list[str]:
     return [principals] if isinstance(principals, str) else list(principals)
 
 
+def _text_of(texts: dict[int, ChunkText], chunk_id: int) -> str:
+    shown = texts.get(chunk_id)
+    return shown.text if shown is not None else ""
+
+
 def _rerank_key(collapsed: bool) -> Callable[[Candidate], str]:
     """The model scores per version id; without collapse a version may show several chunks."""
     if collapsed:
@@ -496,7 +520,15 @@ def _filter_candidate(hit: FilterHit) -> Candidate:
     )
 
 
-def _hit(candidate: Candidate, verified: VerifiedChunk, text: str, explanation: HitExplanation | None) -> Hit:
+def _decision_versions(page: Sequence[Candidate], verified: dict[int, VerifiedChunk]) -> set[str]:
+    """The page's versions of decisions: the ones whose citation the metadata stage composed."""
+    return {c.version_id for c in page if is_decision(verified[c.chunk_id].facts.document.doc_type)}
+
+
+def _hit(
+    candidate: Candidate, verified: VerifiedChunk, passage: Passage, explanation: HitExplanation | None,
+    decided: dict[str, str],
+) -> Hit:
     facts = verified.facts
     return Hit(
         document_id=facts.document.id,
@@ -508,7 +540,8 @@ def _hit(candidate: Candidate, verified: VerifiedChunk, text: str, explanation: 
         matched_identifiers=candidate.matched_identifiers,
         citation=Citation(
             project=facts.project, document=facts.document, version=facts.version, source_objects=facts.sources,
-            excerpt=text, locus=verified.locus,
+            excerpt=passage.excerpt, locus=verified.locus, passage_start=passage.start, passage_end=passage.end,
+            cite_as=german_citation(facts.document, facts.version, facts.sources, decided.get(facts.version.id)),
         ),
         explain=explanation,
     )

@@ -203,6 +203,8 @@ class DocumentRef(_Model):
     id: str
     key: str
     title: str | None = None
+    # The ontology node of its type ("doc_type:decision.judgment"), where known.
+    doc_type: str | None = None
 
 
 class VersionRef(_Model):
@@ -232,6 +234,12 @@ class Citation(_Model):
     # Text around the match, at most EXCERPT_CHARS (ki_query.verification) plus ellipses.
     excerpt: str
     locus: str | None = None
+    # Where the excerpt's passage lies in the version's text, [start, end) in characters (the body
+    # chunk shown; a profile or clause hit shows its version's best body chunk): GET …/text reads it.
+    passage_start: int | None = None
+    passage_end: int | None = None
+    # A copyable German citation: "BGH, Urteil vom 12.03.2020 – VII ZR 123/19", or title, version, date, reference.
+    cite_as: str = ""
 
 
 class LegRank(_Model):
@@ -331,6 +339,8 @@ class DocumentView(_Model):
     # The latest final version if the caller sees it, else None (it is not revealed).
     latest_final_version_id: str | None = None
     versions: tuple[VersionView, ...]
+    # The German citation of the cited version (ki_query.citations).
+    cite_as: str = ""
 
     @property
     def cited_version(self) -> VersionView:

@@ -186,7 +186,7 @@ def _agrees(candidate: Candidate, chunk_version: str, chunk_document: str, facts
 _VERSION_COLUMNS = (
     DocumentVersion.id, DocumentVersion.seq, DocumentVersion.version_label, DocumentVersion.status,
     DocumentVersion.doc_date, DocumentVersion.language,
-    Document.id, Document.key, Document.title, Document.latest_final_version_id,
+    Document.id, Document.key, Document.title, Document.doc_type_id, Document.latest_final_version_id,
     Project.id, Project.name, Project.title,
 )
 # Where a row of the visible-chunks statement leaves the chunk and version columns for the observation's.
@@ -205,10 +205,10 @@ def _described(stmt: Select) -> Select:
 class _Described:
     """A version, its document and project as citations show them, from one row of _VERSION_COLUMNS."""
 
-    def __init__(self, version_id, seq, label, status, doc_date, language, document_id, key, title, latest,
+    def __init__(self, version_id, seq, label, status, doc_date, language, document_id, key, title, doc_type, latest,
                  project_id, project_name, project_title) -> None:
         self.version = VersionRef(id=version_id, seq=seq, label=label, status=str(status), doc_date=doc_date)
-        self.document = DocumentRef(id=document_id, key=key, title=title)
+        self.document = DocumentRef(id=document_id, key=key, title=title, doc_type=doc_type)
         self.project = ProjectRef(id=project_id, name=project_name, title=project_title)
         self.language = language
         self.latest_final_version_id = latest
@@ -336,17 +336,27 @@ def _active_observations_statement() -> Select:
 # ------------------------------------------------------------------ text and explanations
 
 
-def chunk_texts(session: Session, chunk_ids: Collection[int]) -> dict[int, str]:
-    """Texts of the chunks that are shown (only the page and the rerank prefix): one round-trip."""
+@dataclass(frozen=True)
+class ChunkText:
+    text: str
+    # Where a body chunk lies in its version's text, [start, end); None for profile and clause rows.
+    start: int | None
+    end: int | None
+
+
+def chunk_texts(session: Session, chunk_ids: Collection[int]) -> dict[int, ChunkText]:
+    """Texts and places of the chunks that are shown (only the page and the rerank prefix): one round-trip."""
     if not chunk_ids:
         return {}
     rows = session.connection().execute(_chunk_texts_statement(), {"chunk_ids": chunk_ids})
-    return {chunk_id: text for chunk_id, text in rows}
+    return {chunk_id: ChunkText(text, start, end) for chunk_id, text, start, end in rows}
 
 
 @functools.cache
 def _chunk_texts_statement() -> Select:
-    return select(Chunk.id, Chunk.text).where(in_set(Chunk.id, set_parameter("chunk_ids", integers=True)))
+    return select(Chunk.id, Chunk.text, Chunk.char_start, Chunk.char_end).where(
+        in_set(Chunk.id, set_parameter("chunk_ids", integers=True))
+    )
 
 
 def grant_paths(

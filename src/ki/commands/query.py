@@ -231,14 +231,49 @@ def get(
     document_id: str = DOCUMENT_ID,
     as_: list[str] = typer.Option(..., "--as", help=AS_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    text: bool = typer.Option(False, "--text", help="Print the document's text (through a pager on a terminal)."),
+    version: str | None = typer.Option(None, help="With --text: a visible version id or prefix (default: the cited one)."),
+    section: str | None = typer.Option(None, help='With --text: one section, e.g. "§ 6" or "page:3".'),
+    offset: int | None = typer.Option(None, min=0, help="With --text: characters to skip."),
+    limit: int | None = typer.Option(None, min=1, help="With --text: characters to print (at most 100,000)."),
 ) -> None:
-    """Show one document with its visible versions and the files they came from."""
-    view = _service().get_document(_visible_id("document", document_id, as_), as_)
+    """Show one document with its visible versions and the files they came from, or (--text) its text."""
+    whole_id = _visible_id("document", document_id, as_)
+    if text:
+        _print_text(whole_id, as_, as_json, version and _visible_id("version", version, as_), section, offset, limit)
+        return
+    view = _service().get_document(whole_id, as_)
     if as_json:
         typer.echo(view.model_dump_json(indent=2))
         return
     console.print(_document_header(view, _matter_names([view])))
     console.print(_versions_table(view))
+
+
+def _print_text(document_id: str, principals: list[str], as_json: bool, version: str | None, section: str | None,
+                offset: int | None, limit: int | None) -> None:
+    """The asked-for part, or without a range the whole text, read part by part as the API serves it;
+    a terminal gets a pager with the citation on top, a pipe the plain text alone."""
+    from ki_query.reading import DEFAULT_TEXT_CHARS, TextRequest
+
+    request = TextRequest(version=version, section=section, offset=offset or 0, limit=limit or DEFAULT_TEXT_CHARS)
+    part = _service().read_text(document_id, request, principals)
+    if as_json:
+        typer.echo(part.model_dump_json(indent=2))
+        return
+    pieces = [part.text]
+    # A section's offsets count from its start; next_offset counts from the text's.
+    base = part.offset - request.offset if section is not None else 0
+    while limit is None and part.next_offset is not None:
+        part = _service().read_text(document_id, request.model_copy(update={"offset": part.next_offset - base}), principals)
+        pieces.append(part.text)
+    body = "".join(pieces)
+    if not console.is_terminal:
+        typer.echo(body)
+        return
+    with console.pager(styles=False):
+        console.print(escape(part.citation), style="bold")
+        console.print(escape(body), highlight=False)
 
 
 def _document_header(view: DocumentView, matters: dict[str, str]) -> Table:

@@ -1,4 +1,5 @@
-"""`ki store migrate --to URL` and `ki store id`: what the store is, and moving it to another database."""
+"""`ki store migrate --to URL`, `ki store id`, `ki store pages`: what the store is, moving it to another
+database, and the page offsets of PDFs converted before ingest kept them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import typer
 
 from ki.errors import cli_errors
 
-store_app = typer.Typer(help="The store: its id, and moving it to another database.", no_args_is_help=True)
+store_app = typer.Typer(help="The store: its id, moving it to another database, PDF page offsets.", no_args_is_help=True)
 
 
 @store_app.command("migrate")
@@ -62,6 +63,26 @@ def store_id() -> None:
         engine.dispose()
     typer.echo(f"database: {ours}")
     typer.echo(f"{index_location(settings)}: {theirs or '(not claimed yet)'}")
+
+
+@store_app.command("pages")
+@cli_errors
+def pages() -> None:
+    """Record the page offsets of PDF versions converted before ingest kept them (migration 0015), from
+    their files where these are unchanged in their folders; the text view then serves them page by page."""
+    from ki_core.config import load_settings
+    from ki_core.db import make_engine, session_factory
+    from ki_workers.stages.page_offsets import record_page_starts
+
+    engine = make_engine(load_settings().database_url)
+    try:
+        with session_factory(engine)() as session, session.begin():
+            outcome = record_page_starts(session)
+    finally:
+        engine.dispose()
+    for reason in outcome.skipped:
+        typer.echo(f"skipped {reason}")
+    typer.echo(f"{outcome.recorded} PDF version(s) got page offsets, {len(outcome.skipped)} kept none")
 
 
 def register(app: typer.Typer) -> None:

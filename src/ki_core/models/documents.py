@@ -133,6 +133,9 @@ class DocumentVersion(Base):
     content_hash: Mapped[str] = mapped_column(String(64))
     media_type: Mapped[str | None] = mapped_column(String(200))
     text: Mapped[str | None] = mapped_column(Text)
+    # Start offset in `text` of each page of a PDF (migration 0015); NULL for other formats and
+    # for PDFs converted before.
+    page_starts: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))
     processing_state: Mapped[ProcessingState] = enum_column(
         ProcessingState, default=ProcessingState.PENDING
     )

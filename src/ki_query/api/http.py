@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ki_core.config import Settings
@@ -25,6 +25,7 @@ from ki_query.federation.search import FederatedAnswer, FederatedSearch, Federat
 from ki_query.graph import MAX_TRAVERSAL_DEPTH
 from ki_query.identity import Identity, resolve_identity
 from ki_query.api.refusals import REFUSAL_STATUS, refusal_reason
+from ki_query.reading import DEFAULT_TEXT_CHARS, DocumentText, TextRequest, content_disposition
 from ki_query.retrieval import RetrievalService
 from ki_query.types import (
     DecisionHit,
@@ -91,8 +92,16 @@ def create_query_app(
     for exc_type, status in REFUSAL_STATUS:
         app.add_exception_handler(exc_type, _handler(status))
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.middleware("http")(_not_stored)
     without_validation_422(app)
     return app
+
+
+async def _not_stored(request: Request, call_next) -> Response:
+    """No answer of the query API may be kept by a cache: a revoked document must not be served from one."""
+    response = await call_next(request)
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
 
 
 class ErrorBody(BaseModel):
@@ -117,6 +126,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 # Only /search reranks; /ask's firm search too, but a failing corpus there is skipped, not refused.
 RERANK_FAILED = {502: _error("The LLM gateway (rerank) failed")}
 NOT_FOUND = {404: _error("No such document, or not visible to the caller (the two are not told apart)")}
+ORIGINAL_UNAVAILABLE = {409: _error("The file changed or is gone since it was indexed, or only its DMS keeps it "
+                                    "(the reason names the file)")}
 
 
 async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -188,6 +199,28 @@ def query_router(
     @router.get("/documents/{document_id}", response_model=DocumentView, responses=NOT_FOUND)
     def get_document(document_id: Annotated[RecordId, Path()], who: Caller) -> Any:
         return service().get_document(document_id, who.principals)
+
+    @router.get("/documents/{document_id}/text", response_model=DocumentText, responses=NOT_FOUND)
+    def document_text(
+        document_id: Annotated[RecordId, Path()], who: Caller,
+        version: Annotated[RecordId | None, Query(description="A visible version; default the one a citation names")] = None,
+        offset: Annotated[int, Query(ge=0, description="Characters to skip (within the section, if one is named)")] = 0,
+        limit: Annotated[int, Query(gt=0, description="Characters to return, at most 100,000")] = DEFAULT_TEXT_CHARS,
+        section: Annotated[str | None, Query(min_length=1, max_length=200, description='A section id: "§ 6", "page:3"')] = None,
+    ) -> Any:
+        """The converted text of a visible version (the text the index was built from), a range or a section."""
+        request = TextRequest(version=version, offset=offset, limit=limit, section=section)
+        return service().read_text(document_id, request, who.principals)
+
+    @router.get("/documents/{document_id}/original", response_class=Response,
+                responses=NOT_FOUND | ORIGINAL_UNAVAILABLE | {200: {"content": {"application/octet-stream": {}}}})
+    def document_original(
+        document_id: Annotated[RecordId, Path()], who: Caller, version: Annotated[RecordId | None, Query()] = None,
+    ) -> Response:
+        """The file of a visible version, from the folder it was ingested from, if it is still the same bytes."""
+        found = service().read_original(document_id, version, who.principals)
+        return Response(found.data, media_type=found.media_type,
+                        headers={"Content-Disposition": content_disposition(found.filename)})
 
     @router.get("/documents/{document_id}/related", response_model=list[RelatedDocument], responses=NOT_FOUND)
     def related(document_id: Annotated[RecordId, Path()], who: Caller, kinds: Annotated[list[RelationKind] | None, Query()] = None) -> Any:

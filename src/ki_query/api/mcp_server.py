@@ -21,6 +21,7 @@ from ki_core.models import RelationKind
 from ki_query.federation.search import FederatedSearch, FederatedSearchOnFirstUse
 from ki_query.identity import Identity
 from ki_query.api.refusals import REFUSALS, refusal_reason
+from ki_query.reading import DEFAULT_TEXT_CHARS, TextRequest
 from ki_query.retrieval import RetrievalService
 from ki_query.types import NewDecision, QueryText, RecordId, SearchRequest, parse_filters
 
@@ -29,6 +30,7 @@ INSTRUCTIONS = (
     "Search a law firm's documents (contracts, letters, memos, court decisions) within the "
     "caller's access rights. Every hit carries a citation (project, document, version, source). "
     "Paste case numbers (Aktenzeichen) or statute references verbatim: an identifier leg matches them. "
+    "`read_document` reads a hit's document on (by range or section) to quote or check it. "
     "`ask` puts the statutes (law, §, Absatz) next to the firm's documents in one ranked list."
 )
 
@@ -109,6 +111,16 @@ def add_retrieval_tools(
     def get_document(document_id: RecordId, *, ctx: Context) -> dict:
         """A document with its visible versions and citable sources."""
         return service().get_document(document_id, principals_of(ctx)).model_dump(mode="json")
+
+    @server.tool()
+    @refusals_as_tool_errors
+    def read_document(document_id: RecordId, version: RecordId | None = None, offset: int = 0,
+                      limit: int = DEFAULT_TEXT_CHARS, section: str | None = None, *, ctx: Context) -> dict:
+        """The text of a visible document version (default: the version a citation names), from offset for limit
+        characters (at most 100,000), or one section ("§ 6", "page:3"; see `sections`). Returns text, offset,
+        total_chars, next_offset (read on from there), sections and the German citation to quote it by."""
+        request = TextRequest(version=version, offset=offset, limit=limit, section=section)
+        return service().read_text(document_id, request, principals_of(ctx)).model_dump(mode="json")
 
     @server.tool()
     @refusals_as_tool_errors

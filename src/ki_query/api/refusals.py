@@ -15,6 +15,7 @@ from ki_core.llm import GatewayError
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
 from ki_query.federation.errors import EmptyQuestion, UnknownCorpus
 from ki_query.identity import Forbidden, Unauthenticated
+from ki_query.reading import OriginalUnavailable, TextRangeRefused
 from ki_query.types import (
     DocumentNotFound,
     InvalidDecision,
@@ -33,6 +34,8 @@ REFUSAL_STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (Forbidden, 403),
     (DocumentNotFound, 404),
     (WindowTooDeep, 400),
+    (TextRangeRefused, 400),
+    (OriginalUnavailable, 409),
     (QueryTooLong, 400),
     (EmptyQuestion, 400),
     (UnknownCorpus, 400),

@@ -34,14 +34,21 @@ class QueryApi:
     async def post(self, caller: WebCaller, path: str, body: dict[str, Any]) -> Any:
         return await self._call(caller, "POST", path, json=body)
 
+    async def download(self, caller: WebCaller, path: str, params: dict[str, Any] | None = None) -> httpx.Response:
+        """The API's answer as it came (a file's bytes and headers), or ApiRefusal."""
+        return await self._send(caller, "GET", path, params=params)
+
     async def _call(self, caller: WebCaller, method: str, path: str, **kwargs: Any) -> Any:
+        return (await self._send(caller, method, path, **kwargs)).json()
+
+    async def _send(self, caller: WebCaller, method: str, path: str, **kwargs: Any) -> httpx.Response:
         # Straight to the transport: an httpx client would log every in-process call as an HTTP request.
         request = httpx.Request(method, f"http://ki-query{path}", headers=caller.authorization, **kwargs)
         response = await self._transport.handle_async_request(request)
         await response.aread()
         if response.status_code >= 400:
             raise ApiRefusal(response.status_code, _detail(response))
-        return response.json()
+        return response
 
 
 def _detail(response: httpx.Response) -> str:

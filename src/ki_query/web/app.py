@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ki_core.config import Settings
 from ki_core.grants import UnknownTarget
 from ki_query.retrieval import RetrievalService
-from ki_query.web import catalog, operations
+from ki_query.web import catalog, operations, reading
 from ki_query.web.api import ApiRefusal, QueryApi
 from ki_query.web.credentials import (
     CrossSiteRequest,
@@ -89,6 +89,9 @@ class WebPages:
             ("/", self.home, "GET"), ("/signin", self.signin_page, "GET"), ("/signin", self.signin, "POST"),
             ("/signout", self.signout, "POST"), ("/language/{code}", self.language, "GET"),
             ("/search", self.search, "GET"), ("/documents/{document_id}", self.document, "GET"),
+            ("/documents/{document_id}/text", self.document_text, "GET"),
+            ("/documents/{document_id}/original", self.document_original, "GET"),
+            ("/statutes/{corpus_id}/{container}/{section}", self.statute, "GET"),
             ("/ask", self.ask, "GET"), ("/operations", self.operations_page, "GET"),
             ("/operations/events/{row_id}/redrive", self.redrive_event, "POST"),
         ]
@@ -160,12 +163,37 @@ class WebPages:
         caller, is_admin = await self._caller(request)
         path = f"/v1/documents/{quote(document_id, safe='')}"
         view = await self.api.get(caller, path)
+        text = await self._text(caller, path, request)
         related = await self.api.get(caller, f"{path}/related")
         decisions = await run_in_threadpool(self._decisions, caller, view)
         who = request.query_params.get("who", "").strip() if is_admin else ""
         access = await run_in_threadpool(self.service().access.explain, who, view["document"]["id"]) if who else None
         return self._render(request, "document.html", caller, is_admin, view=view, related=related,
-                            decisions=decisions, who=who, access=access)
+                            decisions=decisions, who=who, access=access, text=text, reader=False)
+
+    async def document_text(self, request: Request, document_id: str) -> Response:
+        """The text alone (a long document page by page), through the same API reads as the document page."""
+        caller, is_admin = await self._caller(request)
+        path = f"/v1/documents/{quote(document_id, safe='')}"
+        view = await self.api.get(caller, path)
+        text = await self._text(caller, path, request)
+        return self._render(request, "document.html", caller, is_admin, view=view, text=text, reader=True)
+
+    async def document_original(self, request: Request, document_id: str) -> Response:
+        caller, _is_admin = await self._caller(request)
+        version = request.query_params.get("version")
+        answer = await self.api.download(caller, f"/v1/documents/{quote(document_id, safe='')}/original",
+                                         {"version": version} if version else None)
+        headers = {"Content-Disposition": answer.headers["content-disposition"]}
+        return Response(answer.content, media_type=answer.headers["content-type"], headers=headers)
+
+    async def statute(self, request: Request, corpus_id: str, container: str, section: str) -> Response:
+        caller, is_admin = await self._caller(request)
+        units = await run_in_threadpool(self._read, reading.section_units, corpus_id, container, section)
+        if not units:
+            raise StarletteHTTPException(404, f"no section {section} {container} in corpus {corpus_id}")
+        return self._render(request, "statute.html", caller, is_admin, corpus_id=corpus_id, container=container,
+                            section=section, units=units)
 
     async def ask(self, request: Request) -> Response:
         caller, is_admin = await self._caller(request)
@@ -197,6 +225,21 @@ class WebPages:
         return RedirectResponse(f"/operations?note={quote(outcome)}", status_code=303)
 
     # ------------------------------------------------------------ helpers
+
+    async def _text(self, caller: WebCaller, path: str, request: Request) -> dict:
+        """The part of the version's text the page shows, drawn: around the hit's passage (`from`, `to`),
+        at `offset`, or from the start; the query's words marked in the passage."""
+        params = request.query_params
+        passage = _passage(params.get("from"), params.get("to"))
+        offset = params.get("offset")
+        window = reading.TextWindow.around(int(offset) if offset and offset.isdigit() else None, passage)
+        asked = {"offset": offset if offset and not offset.isdigit() else window.offset, "limit": window.limit}
+        if params.get("version"):
+            asked["version"] = params["version"]
+        text = await self.api.get(caller, f"{path}/text", asked)
+        links = await run_in_threadpool(self._read, reading.statute_links, text["text"])
+        drawn = reading.text_markup(text["text"], text["offset"], passage, params.get("q", ""), links)
+        return {**text, "markup": drawn, "passage": passage, "query": params.get("q", "")}
 
     async def _caller(self, request: Request) -> tuple[WebCaller, bool]:
         caller = signed_in(self.settings, request)
@@ -259,6 +302,13 @@ class WebPages:
     async def _http_error(self, request: Request, exc: StarletteHTTPException) -> Response:
         return self.pages.render(request, "error.html", status_code=exc.status_code, status=exc.status_code,
                                  detail=str(exc.detail))
+
+
+def _passage(start: str | None, end: str | None) -> tuple[int, int] | None:
+    """A hit's passage from the link's `from` and `to`; anything else is no passage (the text still shows)."""
+    if start and end and start.isdigit() and end.isdigit() and int(start) < int(end):
+        return int(start), int(end)
+    return None
 
 
 async def _form(request: Request) -> dict[str, str]:

@@ -101,6 +101,8 @@ class ConvertedText(BaseModel):
     attachments: tuple[Attachment, ...] = ()
     # What the parsers warned or logged while converting it ("pypdf: incorrect startxref pointer(1)").
     notes: tuple[str, ...] = ()
+    # Where each page starts in `text` (PDF only); a page without text holds no more than the blank line.
+    page_starts: tuple[int, ...] = ()
 
 
 def convert(
@@ -124,6 +126,8 @@ def convert(
     if result.notes:
         log.debug("%s converted with notes: %s", filename, "; ".join(result.notes))
     title = normalize_text(result.title).replace("\n", " ") if result.title else None
+    if text != result.text:  # page offsets are of the converter's text; normalized anew they would be off
+        result = result.model_copy(update={"page_starts": ()})
     return result.model_copy(update={"text": text, "title": title or None})
 
 
@@ -281,16 +285,37 @@ def _convert_pdf(data: bytes) -> ConvertedText:
     reader = PdfReader(io.BytesIO(data))
     if reader.is_encrypted and not _opens_without_password(reader):
         raise ConversionError("encrypted PDF (password required)")
-    pages = [page.extract_text() or "" for page in reader.pages]
+    text, starts = joined_pages([page.extract_text() or "" for page in reader.pages])
     metadata = reader.metadata
     root = reader.trailer["/Root"]
     return ConvertedText(
-        text="\n\n".join(pages),
+        text=text,
+        page_starts=starts,
         media_type=MEDIA_PDF,
         title=str(metadata.title) if metadata is not None and metadata.title else None,
         language=_language_tag(root.get("/Lang")),
         converter="pypdf",
     )
+
+
+def joined_pages(pages: list[str]) -> tuple[str, tuple[int, ...]]:
+    """The pages normalized one by one and joined by a blank line, with where each starts.
+
+    Normalized before joining, so `normalize_text` leaves the joined text as it is and the
+    offsets stay true (a normalized page has no blank-line runs and no edge whitespace).
+    """
+    parts: list[str] = []
+    starts: list[int] = []
+    length = 0
+    for page in pages:
+        normalized = normalize_text(page)
+        if normalized and parts:
+            length += 2  # the blank line between two pages
+        starts.append(length)
+        if normalized:
+            parts.append(normalized)
+            length += len(normalized)
+    return "\n\n".join(parts), tuple(starts)
 
 
 def _opens_without_password(reader) -> bool:

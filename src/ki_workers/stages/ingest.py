@@ -177,6 +177,7 @@ def store_version(
     document.title = document.title or converted.title
     version = _new_version(
         session, document, digest, entry, first=first, text=converted.text, media_type=converted.media_type,
+        page_starts=list(converted.page_starts) or None,
         language=entry.language or converted.language, processing_state=ProcessingState.CONVERTED,
     )
     return StoredVersion(version, Outcome.NEW, converted, created=True)
@@ -230,7 +231,7 @@ def _store_attachment(
 
 def _new_version(
     session: Session, document: Document, digest: str, entry: ManifestEntry, *, first: bool = False,
-    processing_state: ProcessingState, **content: str | None,
+    processing_state: ProcessingState, **content: str | list[int] | None,
 ) -> DocumentVersion:
     """The next version in the document's chain, written now; `first`: the document has none yet.
 

@@ -22,6 +22,7 @@ from ki_core.config import Settings
 from ki_core.llm import ChatGateway
 from ki_core.models.ontology import OntologyKind
 from ki_core.ontology import Ontology, load_ontology
+from ki_core.text_structure import clause_headings
 
 if TYPE_CHECKING:
     from ki_core.identifiers import Identifier
@@ -818,11 +819,6 @@ def _decision_title(text: str, doc_type: str, identifiers: list[Identifier]) -> 
 
 # -------------------------------------------------------------------- clauses
 
-_CLAUSE_HEADING = re.compile(
-    r"^(?:(?P<para>§\s*\d+[a-z]?)|(?P<art>Art(?:ikel|\.)\s*\d+[a-z]?)|(?:Ziffer\s+|Ziff\.\s*)?(?P<num>\d{1,2}(?:\.\d{1,2}){0,2}))"
-    r"\.?[ \t]+(?P<heading>[A-ZÄÖÜ][^\n]{1,80})$",
-    re.MULTILINE,
-)
 _CLAUSE_TYPES: tuple[tuple[str, str], ...] = (
     (r"außerordentliche kündigung|fristlose kündigung", "clause_type:termination.extraordinary"),
     (r"kündigung|beendigung", "clause_type:termination"),
@@ -866,16 +862,14 @@ def classify_clause_heading(heading: str) -> str | None:
 
 def find_clauses(text: str) -> list[NotableClause]:
     """Clauses under "§ N Überschrift" / "N. Überschrift" headings whose heading names a clause type."""
-    headings = [m for m in _CLAUSE_HEADING.finditer(text) if _is_heading(m.group("heading"))]
-    family = _dominant_family(headings)
-    headings = [m for m in headings if _family(m) == family]
+    headings = clause_headings(text, markdown=False)
     clauses = []
-    for index, match in enumerate(headings):
-        clause_type = classify_clause_heading(match.group("heading"))
+    for index, heading in enumerate(headings):
+        clause_type = classify_clause_heading(heading.title)
         if clause_type is None:
             continue
-        end = headings[index + 1].start() if index + 1 < len(headings) else _body_end(text, match.end())
-        clauses.append(NotableClause(locus=_locus(match), clause_type=clause_type, text=_excerpt(text[match.start() : end])))
+        end = headings[index + 1].start if index + 1 < len(headings) else _body_end(text, heading.end)
+        clauses.append(NotableClause(locus=heading.locus, clause_type=clause_type, text=_excerpt(text[heading.start : end])))
     return clauses
 
 
@@ -883,33 +877,6 @@ def _body_end(text: str, start: int) -> int:
     """The last clause ends where the signature block begins: at the place-and-date line."""
     signature = _SIGNATURE_LINE.search(text, start)
     return signature.start() if signature else len(text)
-
-
-def _is_heading(heading: str) -> bool:
-    """A heading is short and not a sentence: numbered list items in running text are not clauses."""
-    words = heading.split()
-    return len(words) <= 8 and not heading.rstrip().endswith((".", ",", ";", ":"))
-
-
-def _family(match: re.Match[str]) -> str:
-    return "para" if match.group("para") else "art" if match.group("art") else "num"
-
-
-def _dominant_family(headings: list[re.Match[str]]) -> str | None:
-    """§ headings beat numbered ones: "1." inside a § is a paragraph number, not a clause."""
-    families = [_family(m) for m in headings]
-    for family in ("para", "art", "num"):
-        if family in families:
-            return family
-    return None
-
-
-def _locus(match: re.Match[str]) -> str:
-    if match.group("para"):
-        return "§ " + re.sub(r"§\s*", "", match.group("para"))
-    if match.group("art"):
-        return "Art. " + re.sub(r"^Art(?:ikel|\.)\s*", "", match.group("art"))
-    return f"Ziffer {match.group('num')}"
 
 
 def _excerpt(text: str) -> str:

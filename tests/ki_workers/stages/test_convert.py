@@ -549,3 +549,17 @@ def test_whitespace_only_text_has_no_text() -> None:
 
 def test_normalize_drops_soft_hyphens_and_zero_width_and_unifies_breaks() -> None:
     assert normalize_text("Kün\u00addi\u200bgung\u2028Zeile\x0cSeite\u00a0zwei") == "Kündigung\nZeile\nSeite zwei"
+
+
+def test_pdf_pages_keep_their_start_offsets_in_the_normalized_text() -> None:
+    data = make_pdf([["Seite  eins", "Zeile zwei"], [], ["Seite drei"]])
+    result = convert(data, filename="protokoll.pdf")
+    starts = result.page_starts
+    assert len(starts) == 3 and starts[0] == 0
+    assert result.text[starts[2]:] == "Seite drei"
+    assert result.text[starts[0]:starts[1]].strip() == "Seite eins\nZeile zwei"
+    assert result.text[starts[1]:starts[2]].strip() == ""  # the empty page holds no more than the blank line
+
+
+def test_formats_without_pages_have_no_page_offsets() -> None:
+    assert convert(b"Mietvertrag\n\n\x0cSeite zwei", filename="a.txt").page_starts == ()
