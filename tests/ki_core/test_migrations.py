@@ -116,16 +116,14 @@ def test_0008_moves_clause_rows_above_any_body_chunk(empty_url: str) -> None:
             project = Project(name="p")
             session.add(project)
             session.flush()
-            # The document row through its table, naming only 0007's columns: a later column the
-            # model has (0015's declared_doc_type) is not there yet.
-            document_id = "d" * 32
+            # The document and version rows through their tables, naming only 0007's columns: later
+            # columns the models have (0015's declared_doc_type, 0016's page_starts) are not there yet.
+            document_id, version_id = "d" * 32, "e" * 32
             session.execute(insert(Document.__table__).values(id=document_id, project_id=project.id, key="d"))
-            version = DocumentVersion(document_id=document_id, seq=1, content_hash="h")
-            session.add(version)
-            session.flush()
-            session.add(Chunk(id=1, version_id=version.id, document_id=document_id, ordinal=1000, kind=ChunkKind.CLAUSE,
+            session.execute(insert(DocumentVersion.__table__).values(
+                id=version_id, document_id=document_id, seq=1, content_hash="h"))
+            session.add(Chunk(id=1, version_id=version_id, document_id=document_id, ordinal=1000, kind=ChunkKind.CLAUSE,
                               text="Haftung", text_hash="t"))
-            version_id = version.id
         upgrade_to_head(empty_url)
         with Session(engine) as session, session.begin():
             assert session.scalar(select(Chunk.ordinal).where(Chunk.id == 1)) == FIRST_CLAUSE_ORDINAL

@@ -6,8 +6,8 @@ records the start offsets. Versions converted before keep NULL (their text is
 served with its headings as sections) until `ki store pages` converts their
 unchanged files again and records the offsets where the text comes out the same.
 
-Revision ID: 0015_reading_page_starts
-Revises: 0014_summary_lock_from_change
+Revision ID: 0016_reading_page_starts
+Revises: 0015_types_declared_doc_type
 Create Date: 2026-12-07 15:00:00
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015_reading_page_starts"
-down_revision = "0014_summary_lock_from_change"
+revision = "0016_reading_page_starts"
+down_revision = "0015_types_declared_doc_type"
 branch_labels = None
 depends_on = None
 
