@@ -519,6 +519,7 @@ def retrieval_service_from_settings(settings: Settings, *, gateway: ChatGateway 
     from ki_core.db import engine_from_settings, session_factory
     from ki_core.embedding import embedder_from_settings
     from ki_core.search.index import open_index
+    from ki_core.search.signature import bind_index_signature
     from ki_core.store_identity import bind_index_to_store
 
     engine = engine_from_settings(settings)
@@ -527,6 +528,7 @@ def retrieval_service_from_settings(settings: Settings, *, gateway: ChatGateway 
     try:
         index.ensure()
         bind_index_to_store(index, settings, sessions, claim=False)
+        bind_index_signature(index, settings, sessions, claim=False)
     except BaseException:
         index.close()
         engine.dispose()

@@ -38,9 +38,9 @@ __all__ = [
 def index_signature(settings: Settings) -> str:
     """Embedding model and dimension (vectors of two signatures cannot share one index) and the
     identifier extractor's version (indexed identifiers and the query's must come from one)."""
-    from ki_core.identifiers import EXTRACTOR_VERSION
+    from ki_core.search.signature import configured_signature
 
-    return f"{settings.embedding.label()}:{settings.effective_embedding_dimensions}:ids{EXTRACTOR_VERSION}"
+    return configured_signature(settings).text()
 
 
 def open_index(
@@ -52,6 +52,9 @@ def open_index(
     subdirectory of the index path. read_only: embedded readers take no writer lock and
     reopen after the writer commits; OpenSearch ignores it.
     """
+    from ki_core.search.signature import configured_signature
+
+    expected = configured_signature(settings)
     if settings.search.backend == "opensearch":
         from ki_core.search.opensearch import OpenSearchIndex, make_client
 
@@ -59,9 +62,10 @@ def open_index(
             make_client(settings.search.opensearch),
             alias=index_name or settings.retrieval.index_name,
             dimensions=settings.effective_embedding_dimensions,
-            signature=index_signature(settings),
+            signature=expected.text(),
             retrieval=settings.retrieval,
             opensearch=settings.search.opensearch,
+            expected_signature=expected,
         )
     from ki_core.search.embedded import EmbeddedIndex
 
@@ -71,4 +75,5 @@ def open_index(
         dimensions=settings.effective_embedding_dimensions,
         read_only=read_only,
         commit_batch_chunks=settings.search.embedded.commit_batch_chunks,
+        expected_signature=expected,
     )

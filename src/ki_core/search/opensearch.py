@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Iterable
 from datetime import date
 from typing import Any
@@ -26,6 +27,7 @@ from ki_core.search.contract import (
     UpdateAccessOp,
     update_access_ops,
 )
+from ki_core.search.signature import IndexSignature, check_recorded
 from ki_core.search.types import (
     FILTER_KEYWORD_FIELDS,
     TERM_FILTER_FIELDS,
@@ -100,6 +102,11 @@ def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
 
 # The `_meta` key of the mapping that names the SQL store filling the index (ki_core.store_identity).
 STORE_ID_META = "ki_store_id"
+# ...and the one recording what built its vectors and identifiers (ki_core.search.signature).
+SIGNATURE_META = "ki_index_signature"
+# A search re-reads the recorded signature at most this often (a write always does): after
+# `ki reindex` swapped the alias, a process of the old configuration refuses within this time.
+SIGNATURE_RECHECK_SECONDS = 2.0
 
 
 def signature_index_name(base: str, signature: str) -> str:
@@ -493,6 +500,7 @@ class OpenSearchIndex:
         signature: str,
         retrieval: RetrievalSettings,
         opensearch: OpenSearchSettings,
+        expected_signature: IndexSignature | None = None,
     ):
         self.client = client
         self.alias = alias
@@ -500,6 +508,9 @@ class OpenSearchIndex:
         self.signature = signature
         self.retrieval = retrieval
         self.opensearch = opensearch
+        # What this process embeds with: a new index records it, every read and write checks it (None: unchecked).
+        self.expected_signature = expected_signature
+        self._signature_checked_at = -SIGNATURE_RECHECK_SECONDS
 
     def __enter__(self) -> OpenSearchIndex:
         return self
@@ -527,6 +538,8 @@ class OpenSearchIndex:
 
     def _create(self, name: str, alias: str | None, bulk_load: bool = False) -> None:
         body = index_body(self.retrieval, self.opensearch, self.dimensions, alias)
+        if self.expected_signature is not None:
+            body["mappings"]["_meta"] = {SIGNATURE_META: self.expected_signature.model_dump()}
         if bulk_load:
             # No periodic refresh while `ki reindex` fills it (nobody searches it yet); end_bulk_load restores it.
             body["settings"]["index"]["refresh_interval"] = "-1"
@@ -590,7 +603,35 @@ class OpenSearchIndex:
         return next(iter(found)) if len(found) == 1 else None
 
     def claim_store(self, store_id: str) -> None:
-        self._call(self.client.indices.put_mapping, index=self.alias, body={"_meta": {STORE_ID_META: store_id}})
+        self._put_meta(STORE_ID_META, store_id)
+
+    def recorded_signature(self) -> IndexSignature | None:
+        """From the `_meta` of the concrete index behind the alias; None when it has none (or no index)."""
+        if not self._call(self.client.indices.exists, index=self.alias):
+            return None
+        mappings = self._call(self.client.indices.get_mapping, index=self.alias)
+        found = [m.get("mappings", {}).get("_meta", {}).get(SIGNATURE_META) for m in mappings.values()]
+        return IndexSignature.model_validate(found[0]) if len(found) == 1 and found[0] else None
+
+    def record_signature(self, signature: IndexSignature) -> None:
+        self._put_meta(SIGNATURE_META, signature.model_dump())
+
+    def _put_meta(self, key: str, value: Any) -> None:
+        """`_meta` is replaced whole by a mapping update: keep the other keys (store id, signature)."""
+        mappings = self._call(self.client.indices.get_mapping, index=self.alias)
+        for concrete, mapping in mappings.items():
+            meta = {**mapping.get("mappings", {}).get("_meta", {}), key: value}
+            self._call(self.client.indices.put_mapping, index=concrete, body={"_meta": meta})
+
+    def _check_signature(self, *, writing: bool) -> None:
+        """IndexSignatureMismatch when the index behind the alias was built for another configuration."""
+        if self.expected_signature is None:
+            return
+        now = time.monotonic()
+        if not writing and now - self._signature_checked_at < SIGNATURE_RECHECK_SECONDS:
+            return
+        check_recorded(self.recorded_signature(), self.expected_signature)
+        self._signature_checked_at = now
 
     def rebuild_into(self, new_name: str) -> OpenSearchIndex:
         """A new, empty concrete index beside the live one, for `ki reindex` to fill."""
@@ -604,6 +645,7 @@ class OpenSearchIndex:
             signature=self.signature,
             retrieval=self.retrieval,
             opensearch=self.opensearch,
+            expected_signature=self.expected_signature,
         )
 
     def end_bulk_load(self) -> None:
@@ -640,6 +682,7 @@ class OpenSearchIndex:
     # --------------------------------------------------------------- writes
 
     def bulk(self, operations: Iterable[BulkOperation]) -> None:
+        self._check_signature(writing=True)
         failed: dict[int, str] = {}
         for batch in _batches(list(operations), BULK_BATCH_ITEMS):
             response = self._call(self.client.bulk, body=bulk_lines(batch), index=self.alias)
@@ -668,6 +711,7 @@ class OpenSearchIndex:
         legs = request.legs_to_send()
         if not legs:
             return MultiSearchResult(legs={})
+        self._check_signature(writing=False)
         response = self._call(self.client.msearch, body=msearch_lines(self.alias, request))
         results: dict[Leg, LegHits] = {}
         for leg, leg_response in zip(legs, response["responses"], strict=True):
@@ -685,6 +729,7 @@ class OpenSearchIndex:
         if scope.match_none or size <= 0:
             return []
         check_result_window(offset, size)
+        self._check_signature(writing=False)
         body = filter_search_body(scope, filters, size, offset)
         response = self._call(
             self.client.search, index=self.alias, body=body, params={"allow_partial_search_results": "false"}

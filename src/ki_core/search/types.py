@@ -325,6 +325,11 @@ class IndexDimensionMismatch(IndexMappingMismatch):
     """The live index holds vectors of another dimension than the configured embedder."""
 
 
+class IndexSignatureMismatch(IndexMappingMismatch):
+    """The index was built by another embedder or extractor than configured (ki_core.search.signature):
+    searches and writes are refused until `ki reindex` (HTTP 503, CLI exit 1)."""
+
+
 class ResultWindowTooDeep(ValueError):
     """A filter-only page past MAX_RESULT_WINDOW: a client error (narrow the filters), never a 503."""
 
