@@ -49,7 +49,7 @@ def switch(monkeypatch: pytest.MonkeyPatch, **env: str):
 
 def assert_refused_naming_both(error: pytest.ExceptionInfo, old: str, new: str) -> None:
     message = str(error.value)
-    assert f"[{old}]" in message and f"[{new}]" in message and "`ki reindex`" in message, message
+    assert f"\"{old}\"" in message and f"\"{new}\"" in message and "`ki reindex`" in message, message
 
 
 def test_a_same_dimension_model_switch_refuses_search_and_ingest_until_reindex(

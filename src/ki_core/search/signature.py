@@ -74,7 +74,7 @@ def legacy_signature(settings: Settings) -> str:
 
 def mismatch_message(stored: str, configured: IndexSignature) -> str:
     return (
-        f"the search index was built with [{stored}] but this configuration is [{configured.text()}]: "
+        f"the search index was built with \"{stored}\" but this configuration is \"{configured.text()}\": "
         "searching or writing it would mix two models' vectors or identifiers; run `ki reindex` to rebuild "
         "it for this configuration (or, if `ki reindex` just rebuilt it for the other one, restart this "
         "process with that configuration)"
@@ -131,7 +131,7 @@ def signature_status(settings: Settings) -> list[str]:
     finally:
         index.close()
     if recorded is None:
-        return [f"index signature: none recorded yet (the next writer records [{configured.text()}])"]
+        return [f"index signature: none recorded yet (the next writer records \"{configured.text()}\")"]
     lines = [f"index signature: {recorded.text()}"]
     if recorded != configured:
         lines.append(f"configured: {configured.text()} — mismatch, run ki reindex")
