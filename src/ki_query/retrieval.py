@@ -202,6 +202,7 @@ class RetrievalService:
                 filters=filters,
                 size=RANKED_LEG_DEPTH,
                 identifier_terms=query_identifier_terms(request.query),
+                principals=tuple(sorted(set(principals))),
             )
         )
         clock.lap("legs")

@@ -9,6 +9,7 @@ the embedding signature, so `ki reindex` can build the next one beside it and sw
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import time
@@ -281,12 +282,26 @@ def identifier_clauses(terms: tuple[tuple[str, float], ...]) -> list[dict[str, A
     ]
 
 
+def search_preference(index: str, query: str, principals: Iterable[str], clauses: list[dict[str, Any]]) -> str:
+    """The `preference` of every search of one query: a stable hash of (query, principals, index
+    slice: the index and the filter clauses), so each page of it reads the same shard copies and the
+    pages are one ranking (amendments.md 2), while other queries spread over the replicas. Stable
+    across processes (sha256, not hash()): page 2 may reach another API worker. Never starts with
+    `_`, which would name a built-in preference."""
+    slice_ = json.dumps([index, query, sorted(principals), clauses], sort_keys=True, ensure_ascii=False)
+    return "ki" + hashlib.sha256(slice_.encode("utf-8")).hexdigest()[:24]
+
+
 def msearch_lines(index: str, request: MultiSearchRequest) -> list[dict[str, Any]]:
     """One header and body per leg. A leg that cannot search every shard fails whole: a ranking
-    over part of the index would be a silently short list."""
+    over part of the index would be a silently short list. Every header carries one preference."""
+    preference = search_preference(
+        index, request.query_text, request.principals, filter_clauses(request.scope, request.filters)
+    )
+    header = {"index": index, "allow_partial_search_results": False, "preference": preference}
     lines: list[dict[str, Any]] = []
     for leg in request.legs_to_send():
-        lines += [{"index": index, "allow_partial_search_results": False}, leg_body(leg, request)]
+        lines += [dict(header), leg_body(leg, request)]
     return lines
 
 
@@ -731,9 +746,11 @@ class OpenSearchIndex:
         check_result_window(offset, size)
         self._check_signature(writing=False)
         body = filter_search_body(scope, filters, size, offset)
+        preference = search_preference(self.alias, "", (), body["query"]["bool"]["filter"])
         response = self._call(
-            self.client.search, index=self.alias, body=body, params={"allow_partial_search_results": "false"}
-        )
+            self.client.search, index=self.alias, body=body,
+            params={"allow_partial_search_results": "false", "preference": preference},
+        )  # fmt: skip
         if (error := shard_failure("a filter-only listing", self.alias, response)) is not None:
             raise error
         return [filter_hit(hit) for hit in response["hits"]["hits"]]
