@@ -82,9 +82,12 @@ class Node:
         self.created.append(name)
         return name
 
-    def product(self, name: str) -> OpenSearchIndex:
+    def product(self, name: str, bulk_concurrency: int | None = None) -> OpenSearchIndex:
+        opensearch = self.settings.search.opensearch
+        if bulk_concurrency is not None:
+            opensearch = opensearch.model_copy(update={"bulk_concurrency": bulk_concurrency})
         return OpenSearchIndex(self.client, alias=name, dimensions=self.dims, signature="bench",
-                               retrieval=self.settings.retrieval, opensearch=self.settings.search.opensearch)  # fmt: skip
+                               retrieval=self.settings.retrieval, opensearch=opensearch)  # fmt: skip
 
     def drop(self, name: str) -> None:
         self.client.indices.delete(index=name, params={"ignore_unavailable": "true"})
@@ -98,10 +101,10 @@ class Node:
 # ------------------------------------------------------------------ (a) bulk
 
 
-def product_bulk(node: Node, chunks: list) -> float:
+def product_bulk(node: Node, chunks: list, concurrency: int) -> float:
     name = node.fresh()
     started = time.perf_counter()
-    node.product(name).bulk(IndexOp(c) for c in chunks)
+    node.product(name, concurrency).bulk(IndexOp(c) for c in chunks)
     node.client.indices.refresh(index=name)
     seconds = time.perf_counter() - started
     node.drop(name)
@@ -132,10 +135,12 @@ def bench_bulk(node: Node, chunks: list, rounds: int) -> None:
     sweep = {batch: bare_bulk(node, documents, batch, 1) for batch in (250, 500, 1000)}
     best = max(sweep, key=sweep.__getitem__)
     print("  bare streaming_bulk batch sweep: " + ", ".join(f"{b}: {r:,.0f}/s" for b, r in sweep.items()))
-    rows: dict[str, list[float]] = {"product bulk (500/request)": [], f"bare streaming_bulk ({best})": [],
+    rows: dict[str, list[float]] = {"product bulk (500/request, 1 in flight)": [],
+                                    "product bulk (500/request, 2 in flight)": [], f"bare streaming_bulk ({best})": [],
                                     f"bare parallel_bulk (2 threads, {best})": []}  # fmt: skip
     for _ in range(rounds):
-        rows["product bulk (500/request)"].append(product_bulk(node, chunks))
+        for concurrency in (1, 2):
+            rows[f"product bulk (500/request, {concurrency} in flight)"].append(product_bulk(node, chunks, concurrency))
         rows[f"bare streaming_bulk ({best})"].append(bare_bulk(node, documents, best, 1))
         rows[f"bare parallel_bulk (2 threads, {best})"].append(bare_bulk(node, documents, best, 2))
     bare_best = max(statistics.median(v) for k, v in rows.items() if k.startswith("bare"))

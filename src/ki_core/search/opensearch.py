@@ -13,7 +13,9 @@ import json
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from typing import Any
 
@@ -445,6 +447,11 @@ def bulk_failures(response: dict[str, Any]) -> dict[int, str]:
     return failed
 
 
+def _chunk_ids_repeat(batches: list[list[BulkOperation]]) -> bool:
+    counts = Counter(chunk_id for batch in batches for op in batch for chunk_id in op.chunk_ids)
+    return any(count > 1 for count in counts.values())
+
+
 def _batches(operations: list[BulkOperation], size: int) -> Iterable[list[BulkOperation]]:
     for start in range(0, len(operations), size):
         yield operations[start : start + size]
@@ -699,11 +706,22 @@ class OpenSearchIndex:
     def bulk(self, operations: Iterable[BulkOperation]) -> None:
         self._check_signature(writing=True)
         failed: dict[int, str] = {}
-        for batch in _batches(list(operations), BULK_BATCH_ITEMS):
-            response = self._call(self.client.bulk, body=bulk_lines(batch), index=self.alias)
+        for response in self._bulk_responses(list(_batches(list(operations), BULK_BATCH_ITEMS))):
             failed.update(bulk_failures(response))
         if failed:
             raise BulkFailure(failed)
+
+    def _bulk_responses(self, batches: list[list[BulkOperation]]) -> list[dict[str, Any]]:
+        """Up to opensearch.bulk_concurrency requests in flight; in order, one at a time, when a chunk
+        id is in more than one operation (a write then a delete of it must arrive in that order)."""
+        def send(batch: list[BulkOperation]) -> dict[str, Any]:
+            return self._call(self.client.bulk, body=bulk_lines(batch), index=self.alias)
+
+        workers = min(self.opensearch.bulk_concurrency, len(batches))
+        if workers <= 1 or _chunk_ids_repeat(batches):
+            return [send(batch) for batch in batches]
+        with ThreadPoolExecutor(workers, thread_name_prefix="ki-bulk") as pool:
+            return list(pool.map(send, batches))
 
     def update_access(self, projections: Iterable[AccessProjection]) -> None:
         self.bulk(update_access_ops(projections))
