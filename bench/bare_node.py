@@ -128,13 +128,14 @@ def bare_bulk(node: Node, documents: list[dict], batch: int, threads: int) -> fl
     return len(documents) / seconds
 
 
-def bench_bulk(node: Node, chunks: list, rounds: int) -> None:
+def bench_bulk(node: Node, chunks: list, rounds: int, batches: list[int]) -> None:
     documents = [chunk_document(c) for c in chunks]
     print(f"\n(a) bulk of {len(chunks):,} chunks ({node.dims}-d), fresh index each, refresh_interval -1, "
-          f"final refresh included; {load()}")  # fmt: skip
-    sweep = {batch: bare_bulk(node, documents, batch, 1) for batch in (250, 500, 1000)}
-    best = max(sweep, key=sweep.__getitem__)
-    print("  bare streaming_bulk batch sweep: " + ", ".join(f"{b}: {r:,.0f}/s" for b, r in sweep.items()))
+          f"final refresh included; {load()}", flush=True)  # fmt: skip
+    sweep = {batch: bare_bulk(node, documents, batch, 1) for batch in batches} if len(batches) > 1 else {}
+    best = max(sweep, key=sweep.__getitem__) if sweep else batches[0]
+    if sweep:
+        print("  bare streaming_bulk batch sweep: " + ", ".join(f"{b}: {r:,.0f}/s" for b, r in sweep.items()), flush=True)
     rows: dict[str, list[float]] = {"product bulk (500/request, 1 in flight)": [],
                                     "product bulk (500/request, 2 in flight)": [], f"bare streaming_bulk ({best})": [],
                                     f"bare parallel_bulk (2 threads, {best})": []}  # fmt: skip
@@ -143,6 +144,8 @@ def bench_bulk(node: Node, chunks: list, rounds: int) -> None:
             rows[f"product bulk (500/request, {concurrency} in flight)"].append(product_bulk(node, chunks, concurrency))
         rows[f"bare streaming_bulk ({best})"].append(bare_bulk(node, documents, best, 1))
         rows[f"bare parallel_bulk (2 threads, {best})"].append(bare_bulk(node, documents, best, 2))
+        print("  round: " + ", ".join(f"{label} {rates[-1]:,.0f}/s" for label, rates in rows.items())
+              + f"   [{load()}]", flush=True)
     bare_best = max(statistics.median(v) for k, v in rows.items() if k.startswith("bare"))
     print(f"  {'path':<40} {'chunks/s (median of rounds)':>28} {'share of best bare':>20}   [{load()}]")
     for label, rates in rows.items():
@@ -295,6 +298,8 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--opensearch-url", default=backends.DEFAULT_OPENSEARCH_URL)
     parser.add_argument("--only", default="abcd", help="which tables, e.g. 'bd'")
+    parser.add_argument("--bulk-batches", type=int, nargs="+", default=[250, 500, 1000],
+                        help="bare streaming_bulk batch sizes to sweep (one: no sweep, that size)")
     args = parser.parse_args()
     backends.terminate_like_ctrl_c()
     rng = random.Random(11)
@@ -303,7 +308,7 @@ def main() -> int:
     node = Node(args.opensearch_url, args.dims)
     try:
         if "a" in args.only:
-            bench_bulk(node, chunks, args.rounds)
+            bench_bulk(node, chunks, args.rounds, args.bulk_batches)
         name = node.fresh(bulk_load=False)
         node.product(name).bulk(IndexOp(c) for c in chunks)
         node.client.indices.refresh(index=name)

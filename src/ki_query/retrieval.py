@@ -169,7 +169,7 @@ class RetrievalService:
         again on a scope compiled for the current generation, so newly granted documents are not
         missing from the legs and revoked ones never reach verification's viewer."""
         clock.lap("scope")
-        candidates = self._ranked_candidates(request, filters, scope, clock)
+        candidates = self._ranked_candidates(request, filters, scope, principals, clock)
         with self._session() as session:
             viewer, ranked, verified, texts = self._verified_ranking(
                 session, scope, principals, request, candidates, clock, stale_raises
@@ -183,7 +183,8 @@ class RetrievalService:
         return SearchResponse(hits=hits, has_more=len(ranked) > request.window, timings=clock.timings())
 
     def _ranked_candidates(
-        self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, clock: StepClock
+        self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, principals: list[str],
+        clock: StepClock,
     ) -> Sequence[Candidate]:
         """Steps 2-5: one embedding, one multi-search, RRF, status boost.
 

@@ -54,7 +54,9 @@ def open_index(
     """
     from ki_core.search.signature import configured_signature
 
-    expected = configured_signature(settings)
+    # The store's own index keeps its signature; a corpus (index_name) is checked by its registry
+    # entry's embedding signature and rebuilt by `ki corpus load`, not `ki reindex`.
+    expected = configured_signature(settings) if index_name is None else None
     if settings.search.backend == "opensearch":
         from ki_core.search.opensearch import OpenSearchIndex, make_client
 
@@ -62,7 +64,7 @@ def open_index(
             make_client(settings.search.opensearch),
             alias=index_name or settings.retrieval.index_name,
             dimensions=settings.effective_embedding_dimensions,
-            signature=expected.text(),
+            signature=index_signature(settings),
             retrieval=settings.retrieval,
             opensearch=settings.search.opensearch,
             expected_signature=expected,
