@@ -4,7 +4,7 @@ One run on one node, same mapping (`index_body`), same documents (bench/index.py
 random unit vectors unless --e5 gives real ones), variants interleaved round by round; the machine's
 load average is printed beside every table, since the machine is shared.
 
-(a) bulk: the product's `OpenSearchIndex.bulk` (IndexChunk in, 500-item `_bulk` requests) against
+(a) bulk: the product's `OpenSearchIndex.bulk` (IndexChunk in, BULK_BATCH_ITEMS per `_bulk` request) against
     opensearch-py's `helpers.streaming_bulk` (batch sizes swept) and `helpers.parallel_bulk` (2 threads)
     of pre-built actions; every load into a fresh index with refresh_interval -1, one refresh included.
 (b) search: the product's `multi_search` + RRF fusion (scope as compiled: whole projects) against a bare
@@ -38,6 +38,7 @@ from opensearchpy import helpers
 from ki_core.config import RetrievalSettings
 from ki_core.search.contract import IndexOp
 from ki_core.search.opensearch import (
+    BULK_BATCH_ITEMS,
     OpenSearchIndex,
     chunk_document,
     filter_clauses,
@@ -136,12 +137,12 @@ def bench_bulk(node: Node, chunks: list, rounds: int, batches: list[int]) -> Non
     best = max(sweep, key=sweep.__getitem__) if sweep else batches[0]
     if sweep:
         print("  bare streaming_bulk batch sweep: " + ", ".join(f"{b}: {r:,.0f}/s" for b, r in sweep.items()), flush=True)
-    rows: dict[str, list[float]] = {"product bulk (500/request, 1 in flight)": [],
-                                    "product bulk (500/request, 2 in flight)": [], f"bare streaming_bulk ({best})": [],
+    rows: dict[str, list[float]] = {f"product bulk ({BULK_BATCH_ITEMS}/request, 1 in flight)": [],
+                                    f"product bulk ({BULK_BATCH_ITEMS}/request, 2 in flight)": [], f"bare streaming_bulk ({best})": [],
                                     f"bare parallel_bulk (2 threads, {best})": []}  # fmt: skip
     for _ in range(rounds):
         for concurrency in (1, 2):
-            rows[f"product bulk (500/request, {concurrency} in flight)"].append(product_bulk(node, chunks, concurrency))
+            rows[f"product bulk ({BULK_BATCH_ITEMS}/request, {concurrency} in flight)"].append(product_bulk(node, chunks, concurrency))
         rows[f"bare streaming_bulk ({best})"].append(bare_bulk(node, documents, best, 1))
         rows[f"bare parallel_bulk (2 threads, {best})"].append(bare_bulk(node, documents, best, 2))
         print("  round: " + ", ".join(f"{label} {rates[-1]:,.0f}/s" for label, rates in rows.items())

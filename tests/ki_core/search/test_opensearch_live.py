@@ -57,7 +57,7 @@ def test_ensure_creates_the_signature_index_behind_the_alias(alias: str) -> None
 
 
 def test_a_bulk_of_many_requests_in_flight_writes_every_chunk_and_keeps_a_delete_after_its_write(alias: str) -> None:
-    """Two 500-item requests in flight (opensearch.bulk_concurrency); a chunk written in the first
+    """Two requests in flight (opensearch.bulk_concurrency, BULK_BATCH_ITEMS each); a chunk written in the first
     request and deleted in the third stays deleted: repeated ids go one request at a time, in order."""
     from ki_core.search.contract import DeleteOp
 
