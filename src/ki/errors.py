@@ -34,6 +34,7 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_query.federation.errors.UnknownCorpus", EXIT_FAILED),
     ("ki_query.federation.errors.CorpusLoadError", EXIT_FAILED),
     ("ki_query.federation.errors.EvalFileError", EXIT_FAILED),
+    ("ki_core.search.types.IndexSignatureMismatch", EXIT_FAILED),
     ("ki_core.search.types.IndexMappingMismatch", EXIT_CONFIG),
     ("ki_core.search.embedded.IndexLockedError", EXIT_UNAVAILABLE),
     ("ki_core.search.types.SearchBackendError", EXIT_UNAVAILABLE),

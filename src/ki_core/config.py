@@ -160,6 +160,9 @@ class OpenSearchSettings(_Section):
     max_retries: int = Field(default=3, ge=0)
     number_of_shards: int = Field(default=1, gt=0)
     number_of_replicas: int = Field(default=1, ge=0)
+    # _bulk requests in flight at once (bench/bare_node.py: the node builds HNSW graphs on several
+    # threads while one request waits, so two in flight beat one; more only queue on 2 cores).
+    bulk_concurrency: int = Field(default=2, gt=0)
 
 
 class EmbeddedSearchSettings(_Section):

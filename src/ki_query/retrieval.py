@@ -172,7 +172,7 @@ class RetrievalService:
         again on a scope compiled for the current generation, so newly granted documents are not
         missing from the legs and revoked ones never reach verification's viewer."""
         clock.lap("scope")
-        candidates = self._ranked_candidates(request, filters, scope, clock)
+        candidates = self._ranked_candidates(request, filters, scope, principals, clock)
         with self._session() as session:
             viewer, ranked, verified, texts = self._verified_ranking(
                 session, scope, principals, request, candidates, clock, stale_raises
@@ -188,7 +188,8 @@ class RetrievalService:
         return SearchResponse(hits=hits, has_more=len(ranked) > request.window, timings=clock.timings())
 
     def _ranked_candidates(
-        self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, clock: StepClock
+        self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, principals: list[str],
+        clock: StepClock,
     ) -> Sequence[Candidate]:
         """Steps 2-5: one embedding, one multi-search, RRF, status boost.
 
@@ -207,6 +208,7 @@ class RetrievalService:
                 filters=filters,
                 size=RANKED_LEG_DEPTH,
                 identifier_terms=query_identifier_terms(request.query),
+                principals=tuple(sorted(set(principals))),
             )
         )
         clock.lap("legs")
@@ -552,6 +554,7 @@ def retrieval_service_from_settings(settings: Settings, *, gateway: ChatGateway 
     from ki_core.db import engine_from_settings, session_factory
     from ki_core.embedding import embedder_from_settings
     from ki_core.search.index import open_index
+    from ki_core.search.signature import bind_index_signature
     from ki_core.store_identity import bind_index_to_store
 
     engine = engine_from_settings(settings)
@@ -560,6 +563,7 @@ def retrieval_service_from_settings(settings: Settings, *, gateway: ChatGateway 
     try:
         index.ensure()
         bind_index_to_store(index, settings, sessions, claim=False)
+        bind_index_signature(index, settings, sessions, claim=False)
     except BaseException:
         index.close()
         engine.dispose()

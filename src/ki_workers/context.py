@@ -19,6 +19,7 @@ from ki_core.config import Settings, get_settings
 from ki_core.db import engine_from_settings, session_factory
 from ki_core.embedding import Embedder, embedder_from_settings
 from ki_core.search.index import SearchIndex, open_index
+from ki_core.search.signature import bind_index_signature
 from ki_core.store_identity import bind_index_to_store
 
 
@@ -55,6 +56,7 @@ class WorkerContext:
                 try:
                     index.ensure()
                     bind_index_to_store(index, self.settings, self.sessions, claim=True)
+                    bind_index_signature(index, self.settings, self.sessions, claim=True)
                 except BaseException:
                     index.close()
                     raise

@@ -272,10 +272,23 @@ def _index_ok(settings: Settings, sessions) -> str:
 
         if not make_client(settings.search.opensearch).ping():
             raise ConnectionError("OpenSearch does not answer ping")
-        return "ok"
+        return _index_signature_ok(settings, sessions)
     path = Path(settings.embedded_index_path)
     if not (path.is_dir() or path.parent.is_dir()):
         raise FileNotFoundError(f"embedded index directory {path} is missing")
+    return _index_signature_ok(settings, sessions)
+
+
+def _index_signature_ok(settings: Settings, sessions: sessionmaker[Session]) -> str:
+    """An index built for another embedder or extractor is reported (IndexSignatureMismatch) like an outage."""
+    from ki_core.search.index import open_index
+    from ki_core.search.signature import bind_index_signature
+
+    index = open_index(settings, read_only=True)
+    try:
+        bind_index_signature(index, settings, sessions, claim=False)
+    finally:
+        index.close()
     return "ok"
 
 

@@ -22,10 +22,11 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 
 from ki_core.acl import in_set
-from ki_core.embedding import signature_slug
+from ki_core.embedding import signature_slug, vector_signature
 from ki_core.models import Chunk, Document, DocumentVersion, ProcessingState, SourceObservation
 from ki_core.models.base import utcnow
 from ki_core.search.index import IndexOp, SearchIndex, open_index
+from ki_core.search.signature import configured_signature
 from ki_core.store_identity import StoreMismatch, mismatch_message, sql_store_id
 from ki_workers.context import WorkerContext
 from ki_workers.stages.embed_index import embed_version, index_versions, plan_index_writes, record_watermarks
@@ -61,6 +62,7 @@ def rebuild_index(
     """`replace_foreign`: rebuild even when the live index was filled from another store's database
     (refused by default: that store's searches would find nothing afterwards)."""
     signature = ctx.embedder().signature
+    reusable = _reusable_vector_signatures(ctx)
     store_id = _store_to_rebuild(ctx, replace_foreign)
     re_extracted, metadata_changed = re_extract_outdated(ctx)
     with ctx.sessions() as session:
@@ -74,7 +76,7 @@ def rebuild_index(
         foreign = set(
             session.scalars(
                 select(Chunk.version_id).where(
-                    (Chunk.embedding_signature != signature) | Chunk.embedding_signature.is_(None)
+                    Chunk.embedding_signature.not_in(reusable) | Chunk.embedding_signature.is_(None)
                 )
             )
         )
@@ -140,6 +142,22 @@ def re_extract_outdated(ctx: WorkerContext) -> tuple[int, int]:
     for version_id in changed:
         embed_version(ctx, version_id)
     return len(outdated), len(changed)
+
+
+def _reusable_vector_signatures(ctx: WorkerContext) -> list[str]:
+    """The chunk rows' signatures whose vectors this configuration would produce: its own
+    (vector_signature), and the bare `model:dimension` of rows stored before weights digests were
+    recorded, unless the live index records another model identity (new weights of that name)."""
+    embedder = ctx.embedder()
+    reusable = {vector_signature(ctx.settings, embedder)}
+    live = open_index(ctx.settings, read_only=True)
+    try:
+        recorded = live.recorded_signature()
+    finally:
+        live.close()
+    if recorded is None or recorded.model == configured_signature(ctx.settings).model:
+        reusable.add(embedder.signature)
+    return sorted(reusable)
 
 
 def _store_to_rebuild(ctx: WorkerContext, replace_foreign: bool) -> str:
@@ -220,7 +238,8 @@ def _new_embedded_target(ctx: WorkerContext, signature: str, stamp: str) -> tupl
     live_path = ctx.settings.embedded_index_path
     build_path = live_path.with_name(f"{live_path.name}.build-{signature_slug(signature)}-{stamp}")
     target = EmbeddedIndex(build_path, dimensions=ctx.settings.effective_embedding_dimensions,
-                           commit_batch_chunks=ctx.settings.search.embedded.commit_batch_chunks)
+                           commit_batch_chunks=ctx.settings.search.embedded.commit_batch_chunks,
+                           expected_signature=configured_signature(ctx.settings))
     target.ensure()
 
     def swap_directories() -> str:

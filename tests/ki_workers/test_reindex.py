@@ -13,7 +13,14 @@ from ki_core.config import get_settings
 from ki_core.embedding import HashingEmbedder
 from ki_core.models import Chunk, Document, Project
 from ki_core.search.index import open_index
-from ki_core.search.types import IndexDimensionMismatch, Leg, MultiSearchRequest, ScopeFilter
+from ki_core.search.types import (
+    IndexDimensionMismatch,
+    IndexMappingMismatch,
+    IndexSignatureMismatch,
+    Leg,
+    MultiSearchRequest,
+    ScopeFilter,
+)
 from tests.ki_core.search.backends import OPENSEARCH_URL
 from ki_workers.context import reset_worker_context, worker_context
 from ki_workers.folder_sync import sync_folder
@@ -108,7 +115,7 @@ def test_an_old_configuration_reads_through_the_rebuild_then_is_told_to_restart(
         while not stop.is_set():
             try:
                 outcomes.append("ok" if old.multi_search(request).hits(Leg.SEMANTIC) else "empty")
-            except IndexDimensionMismatch:
+            except IndexMappingMismatch:  # the dimension, or the signature checked first
                 outcomes.append("restart")
             except Exception as exc:  # noqa: BLE001 - any other outcome is a failed query
                 outcomes.append(f"failed: {exc}")
@@ -129,7 +136,7 @@ def test_an_old_configuration_reads_through_the_rebuild_then_is_told_to_restart(
     assert report.re_embedded_versions == 5
     assert not [o for o in outcomes if o.startswith("failed") or o == "empty"], outcomes
     assert outcomes.count("ok") >= 3
-    with pytest.raises(IndexDimensionMismatch, match="restart"):
+    with pytest.raises(IndexSignatureMismatch, match="restart this process"):
         old.multi_search(request)
     new_vector = tuple(float(x) for x in HashingEmbedder(dimensions=32).embed_query("Vertrag Haftung"))
     served = new_ctx.index().multi_search(request.model_copy(update={"query_vector": new_vector}))

@@ -59,6 +59,8 @@ def prepare_index(settings: Settings) -> str:
     from ki_core.db import make_engine, session_factory
     from ki_core.search.embedded import IndexLockedError
     from ki_core.search.index import open_index
+    from ki_core.search.signature import bind_index_signature
+    from ki_core.search.types import IndexSignatureMismatch
     from ki_core.store_identity import bind_index_to_store, index_location
 
     engine = make_engine(settings.database_url)
@@ -66,8 +68,11 @@ def prepare_index(settings: Settings) -> str:
     try:
         index.ensure()
         bind_index_to_store(index, settings, session_factory(engine), claim=True)
+        bind_index_signature(index, settings, session_factory(engine), claim=True)
     except IndexLockedError:
         return f"{index_location(settings)} is open in a running writer (ki serve?); left as it is"
+    except IndexSignatureMismatch as exc:
+        return f"{index_location(settings)}: {exc}"
     finally:
         index.close()
         engine.dispose()
@@ -89,9 +94,14 @@ def status(
         title = f"{len(rows)} failed version(s), newest first"
         console.print(_failed_table(rows, title) if rows else "no failed versions")
         return
-    counts, chunks, rows = _store_counts(load_settings(), errors)
+    settings = load_settings()
+    counts, chunks, rows = _store_counts(settings, errors)
     console.print(_state_table(counts))
     console.print(f"chunks in SQL: {chunks}")
+    from ki_core.search.signature import signature_status
+
+    for line in signature_status(settings):
+        console.print(line, markup=False, highlight=False)
     if rows:
         console.print(_failed_table(rows, "latest errors"))
     if len(rows) < (failed_in_all := counts.get(ProcessingState.FAILED, 0)):

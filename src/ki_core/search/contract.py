@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ki_core.search.signature import IndexSignature
 from ki_core.search.types import (
     AccessProjection,
     FilterHit,
@@ -124,6 +125,13 @@ class SearchIndex(Protocol):
     def claim_store(self, store_id: str) -> None:
         """Record which SQL store fills this index (the writer, on first use; `ki reindex`)."""
         ...
+
+    def recorded_signature(self) -> IndexSignature | None:
+        """What built this index's vectors and identifiers (ki_core.search.signature); None before it
+        was recorded. Searches and writes of a process configured otherwise raise IndexSignatureMismatch."""
+        ...
+
+    def record_signature(self, signature: IndexSignature) -> None: ...
 
     def refresh(self) -> None: ...
 

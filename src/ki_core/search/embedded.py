@@ -33,6 +33,7 @@ import numpy as np
 from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
 from ki_core.search.chunk_table import Admitted, ChunkTable
 from ki_core.search.contract import BulkOperation, DeleteOp, IndexOp, update_access_ops
+from ki_core.search.signature import IndexSignature, check_recorded
 from ki_core.search.text_index import RankedChunks, TextIndex
 from ki_core.search.types import (
     AccessProjection,
@@ -57,6 +58,8 @@ LOCK_FILE = "LOCK"
 STORE_FILE = "chunks.sqlite3"
 # The SQL store's id (ki_core.store_identity), a one-line text file beside the chunk store.
 STORE_ID_FILE = "store-id"
+# What built its vectors and identifiers (ki_core.search.signature), JSON.
+SIGNATURE_FILE = "index-signature.json"
 TABLE_FILE = "table.npz"
 TEXT_DIR = "text"
 # The writer saves the in-memory table after this many commits or changed rows (and on close),
@@ -181,9 +184,14 @@ def batched(operations: list[BulkOperation], chunks_per_commit: int) -> Iterator
 class EmbeddedIndex:
     """SearchIndex in a local directory: one writer (flock), any number of read-only readers."""
 
-    def __init__(self, path: Path, *, dimensions: int, read_only: bool = False, commit_batch_chunks: int = 2000):
+    def __init__(
+        self, path: Path, *, dimensions: int, read_only: bool = False, commit_batch_chunks: int = 2000,
+        expected_signature: IndexSignature | None = None,
+    ):
         self.path = Path(path)
         self.dimensions = dimensions
+        # What this process embeds with: a new index records it, every read and write checks it (None: unchecked).
+        self.expected_signature = expected_signature
         self.read_only = read_only
         self.commit_batch_chunks = commit_batch_chunks
         self._mutex = threading.RLock()
@@ -226,6 +234,8 @@ class EmbeddedIndex:
         try:
             if store.state() is None:
                 store.initialize(self.dimensions)
+                if self.expected_signature is not None:
+                    self.record_signature(self.expected_signature)
             self._check_dimension(store.state())  # type: ignore[arg-type]
             self._text = TextIndex(self.path / TEXT_DIR, writable=not self.read_only)
         except BaseException:
@@ -250,11 +260,28 @@ class EmbeddedIndex:
             return None
 
     def claim_store(self, store_id: str) -> None:
-        """Written to a temporary file and renamed, so a reader never sees half an id."""
+        self._replace_file(STORE_ID_FILE, store_id + "\n")
+
+    def recorded_signature(self) -> IndexSignature | None:
+        try:
+            return IndexSignature.model_validate_json((self.path / SIGNATURE_FILE).read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def record_signature(self, signature: IndexSignature) -> None:
+        self._replace_file(SIGNATURE_FILE, signature.model_dump_json() + "\n")
+
+    def _replace_file(self, name: str, content: str) -> None:
+        """Written to a temporary file and renamed, so a reader never sees half of it."""
         self.path.mkdir(parents=True, exist_ok=True)
-        partial = self.path / f"{STORE_ID_FILE}.partial"
-        partial.write_text(store_id + "\n", encoding="ascii")
-        os.replace(partial, self.path / STORE_ID_FILE)
+        partial = self.path / f"{name}.partial"
+        partial.write_text(content, encoding="utf-8")
+        os.replace(partial, self.path / name)
+
+    def _check_signature(self) -> None:
+        """Read on every search and write (~20 µs): `ki reindex` may have swapped the directory."""
+        if self.expected_signature is not None:
+            check_recorded(self.recorded_signature(), self.expected_signature)
 
     def refresh(self) -> None:
         """Writes are committed by bulk; this makes a reader see the writer's latest commit."""
@@ -355,6 +382,7 @@ class EmbeddedIndex:
     def bulk(self, operations: Iterable[BulkOperation]) -> None:
         with self._mutex:
             self._require_writer()
+            self._check_signature()
             failed: dict[int, str] = {}
             for batch in batched(list(operations), self.commit_batch_chunks):
                 plan = plan_commit(batch, exists=self._exists, dimensions=self.dimensions)
@@ -455,6 +483,7 @@ class EmbeddedIndex:
     def multi_search(self, request: MultiSearchRequest) -> MultiSearchResult:
         with self._mutex:
             self._ready()
+            self._check_signature()
             admitted = self.table.admitted(request.scope, request.filters)
             legs = {leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()}
         return MultiSearchResult(legs=legs)
@@ -528,6 +557,7 @@ class EmbeddedIndex:
         check_result_window(offset, size)
         with self._mutex:
             self._ready()
+            self._check_signature()
             return self.table.filter_hits(self.table.admitted(scope, filters), size, offset)
 
     def count(self, scope: ScopeFilter | None = None, filters: SearchFilters | None = None) -> int:

@@ -38,9 +38,9 @@ __all__ = [
 def index_signature(settings: Settings) -> str:
     """Embedding model and dimension (vectors of two signatures cannot share one index) and the
     identifier extractor's version (indexed identifiers and the query's must come from one)."""
-    from ki_core.identifiers import EXTRACTOR_VERSION
+    from ki_core.search.signature import configured_signature
 
-    return f"{settings.embedding.label()}:{settings.effective_embedding_dimensions}:ids{EXTRACTOR_VERSION}"
+    return configured_signature(settings).text()
 
 
 def open_index(
@@ -52,6 +52,11 @@ def open_index(
     subdirectory of the index path. read_only: embedded readers take no writer lock and
     reopen after the writer commits; OpenSearch ignores it.
     """
+    from ki_core.search.signature import configured_signature
+
+    # The store's own index keeps its signature; a corpus (index_name) is checked by its registry
+    # entry's embedding signature and rebuilt by `ki corpus load`, not `ki reindex`.
+    expected = configured_signature(settings) if index_name is None else None
     if settings.search.backend == "opensearch":
         from ki_core.search.opensearch import OpenSearchIndex, make_client
 
@@ -62,6 +67,7 @@ def open_index(
             signature=index_signature(settings),
             retrieval=settings.retrieval,
             opensearch=settings.search.opensearch,
+            expected_signature=expected,
         )
     from ki_core.search.embedded import EmbeddedIndex
 
@@ -71,4 +77,5 @@ def open_index(
         dimensions=settings.effective_embedding_dimensions,
         read_only=read_only,
         commit_batch_chunks=settings.search.embedded.commit_batch_chunks,
+        expected_signature=expected,
     )

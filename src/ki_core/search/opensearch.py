@@ -9,9 +9,13 @@ the embedding signature, so `ki reindex` can build the next one beside it and sw
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
+import time
+from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from typing import Any
 
@@ -26,6 +30,7 @@ from ki_core.search.contract import (
     UpdateAccessOp,
     update_access_ops,
 )
+from ki_core.search.signature import IndexSignature, check_recorded
 from ki_core.search.types import (
     FILTER_KEYWORD_FIELDS,
     TERM_FILTER_FIELDS,
@@ -48,9 +53,11 @@ from ki_core.search.types import (
 
 log = logging.getLogger(__name__)
 
-# Items per _bulk request: 500 chunks of a 1536-dim embedding are about 8 MB of JSON,
-# under the default http.max_content_length (100 MB) with room for long texts.
-BULK_BATCH_ITEMS = 500
+# Items per _bulk request: 250 chunks of a 1536-dim embedding are about 4 MB of JSON, far under
+# the default http.max_content_length (100 MB). bench/bare_node.py, 2,000 chunks of 384 dims, two
+# requests in flight: 500 per request made 81 chunks/s against 131 for parallel_bulk at 250, whose
+# smaller requests keep both in flight to the end.
+BULK_BATCH_ITEMS = 250
 # Chunks per _mget of the reconcile: ~1 KB of stored fields each without text and vector.
 MGET_BATCH_IDS = 1_000
 # What a leg hit carries back; the embedding is never in a response.
@@ -100,6 +107,11 @@ def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
 
 # The `_meta` key of the mapping that names the SQL store filling the index (ki_core.store_identity).
 STORE_ID_META = "ki_store_id"
+# ...and the one recording what built its vectors and identifiers (ki_core.search.signature).
+SIGNATURE_META = "ki_index_signature"
+# A search re-reads the recorded signature at most this often (a write always does): after
+# `ki reindex` swapped the alias, a process of the old configuration refuses within this time.
+SIGNATURE_RECHECK_SECONDS = 2.0
 
 
 def signature_index_name(base: str, signature: str) -> str:
@@ -274,12 +286,26 @@ def identifier_clauses(terms: tuple[tuple[str, float], ...]) -> list[dict[str, A
     ]
 
 
+def search_preference(index: str, query: str, principals: Iterable[str], clauses: list[dict[str, Any]]) -> str:
+    """The `preference` of every search of one query: a stable hash of (query, principals, index
+    slice: the index and the filter clauses), so each page of it reads the same shard copies and the
+    pages are one ranking (amendments.md 2), while other queries spread over the replicas. Stable
+    across processes (sha256, not hash()): page 2 may reach another API worker. Never starts with
+    `_`, which would name a built-in preference."""
+    slice_ = json.dumps([index, query, sorted(principals), clauses], sort_keys=True, ensure_ascii=False)
+    return "ki" + hashlib.sha256(slice_.encode("utf-8")).hexdigest()[:24]
+
+
 def msearch_lines(index: str, request: MultiSearchRequest) -> list[dict[str, Any]]:
     """One header and body per leg. A leg that cannot search every shard fails whole: a ranking
-    over part of the index would be a silently short list."""
+    over part of the index would be a silently short list. Every header carries one preference."""
+    preference = search_preference(
+        index, request.query_text, request.principals, filter_clauses(request.scope, request.filters)
+    )
+    header = {"index": index, "allow_partial_search_results": False, "preference": preference}
     lines: list[dict[str, Any]] = []
     for leg in request.legs_to_send():
-        lines += [{"index": index, "allow_partial_search_results": False}, leg_body(leg, request)]
+        lines += [dict(header), leg_body(leg, request)]
     return lines
 
 
@@ -423,6 +449,11 @@ def bulk_failures(response: dict[str, Any]) -> dict[int, str]:
     return failed
 
 
+def _chunk_ids_repeat(batches: list[list[BulkOperation]]) -> bool:
+    counts = Counter(chunk_id for batch in batches for op in batch for chunk_id in op.chunk_ids)
+    return any(count > 1 for count in counts.values())
+
+
 def _batches(operations: list[BulkOperation], size: int) -> Iterable[list[BulkOperation]]:
     for start in range(0, len(operations), size):
         yield operations[start : start + size]
@@ -493,6 +524,7 @@ class OpenSearchIndex:
         signature: str,
         retrieval: RetrievalSettings,
         opensearch: OpenSearchSettings,
+        expected_signature: IndexSignature | None = None,
     ):
         self.client = client
         self.alias = alias
@@ -500,6 +532,9 @@ class OpenSearchIndex:
         self.signature = signature
         self.retrieval = retrieval
         self.opensearch = opensearch
+        # What this process embeds with: a new index records it, every read and write checks it (None: unchecked).
+        self.expected_signature = expected_signature
+        self._signature_checked_at = -SIGNATURE_RECHECK_SECONDS
 
     def __enter__(self) -> OpenSearchIndex:
         return self
@@ -527,6 +562,8 @@ class OpenSearchIndex:
 
     def _create(self, name: str, alias: str | None, bulk_load: bool = False) -> None:
         body = index_body(self.retrieval, self.opensearch, self.dimensions, alias)
+        if self.expected_signature is not None:
+            body["mappings"]["_meta"] = {SIGNATURE_META: self.expected_signature.model_dump()}
         if bulk_load:
             # No periodic refresh while `ki reindex` fills it (nobody searches it yet); end_bulk_load restores it.
             body["settings"]["index"]["refresh_interval"] = "-1"
@@ -590,7 +627,35 @@ class OpenSearchIndex:
         return next(iter(found)) if len(found) == 1 else None
 
     def claim_store(self, store_id: str) -> None:
-        self._call(self.client.indices.put_mapping, index=self.alias, body={"_meta": {STORE_ID_META: store_id}})
+        self._put_meta(STORE_ID_META, store_id)
+
+    def recorded_signature(self) -> IndexSignature | None:
+        """From the `_meta` of the concrete index behind the alias; None when it has none (or no index)."""
+        if not self._call(self.client.indices.exists, index=self.alias):
+            return None
+        mappings = self._call(self.client.indices.get_mapping, index=self.alias)
+        found = [m.get("mappings", {}).get("_meta", {}).get(SIGNATURE_META) for m in mappings.values()]
+        return IndexSignature.model_validate(found[0]) if len(found) == 1 and found[0] else None
+
+    def record_signature(self, signature: IndexSignature) -> None:
+        self._put_meta(SIGNATURE_META, signature.model_dump())
+
+    def _put_meta(self, key: str, value: Any) -> None:
+        """`_meta` is replaced whole by a mapping update: keep the other keys (store id, signature)."""
+        mappings = self._call(self.client.indices.get_mapping, index=self.alias)
+        for concrete, mapping in mappings.items():
+            meta = {**mapping.get("mappings", {}).get("_meta", {}), key: value}
+            self._call(self.client.indices.put_mapping, index=concrete, body={"_meta": meta})
+
+    def _check_signature(self, *, writing: bool) -> None:
+        """IndexSignatureMismatch when the index behind the alias was built for another configuration."""
+        if self.expected_signature is None:
+            return
+        now = time.monotonic()
+        if not writing and now - self._signature_checked_at < SIGNATURE_RECHECK_SECONDS:
+            return
+        check_recorded(self.recorded_signature(), self.expected_signature)
+        self._signature_checked_at = now
 
     def rebuild_into(self, new_name: str) -> OpenSearchIndex:
         """A new, empty concrete index beside the live one, for `ki reindex` to fill."""
@@ -604,6 +669,7 @@ class OpenSearchIndex:
             signature=self.signature,
             retrieval=self.retrieval,
             opensearch=self.opensearch,
+            expected_signature=self.expected_signature,
         )
 
     def end_bulk_load(self) -> None:
@@ -640,12 +706,24 @@ class OpenSearchIndex:
     # --------------------------------------------------------------- writes
 
     def bulk(self, operations: Iterable[BulkOperation]) -> None:
+        self._check_signature(writing=True)
         failed: dict[int, str] = {}
-        for batch in _batches(list(operations), BULK_BATCH_ITEMS):
-            response = self._call(self.client.bulk, body=bulk_lines(batch), index=self.alias)
+        for response in self._bulk_responses(list(_batches(list(operations), BULK_BATCH_ITEMS))):
             failed.update(bulk_failures(response))
         if failed:
             raise BulkFailure(failed)
+
+    def _bulk_responses(self, batches: list[list[BulkOperation]]) -> list[dict[str, Any]]:
+        """Up to opensearch.bulk_concurrency requests in flight; in order, one at a time, when a chunk
+        id is in more than one operation (a write then a delete of it must arrive in that order)."""
+        def send(batch: list[BulkOperation]) -> dict[str, Any]:
+            return self._call(self.client.bulk, body=bulk_lines(batch), index=self.alias)
+
+        workers = min(self.opensearch.bulk_concurrency, len(batches))
+        if workers <= 1 or _chunk_ids_repeat(batches):
+            return [send(batch) for batch in batches]
+        with ThreadPoolExecutor(workers, thread_name_prefix="ki-bulk") as pool:
+            return list(pool.map(send, batches))
 
     def update_access(self, projections: Iterable[AccessProjection]) -> None:
         self.bulk(update_access_ops(projections))
@@ -668,6 +746,7 @@ class OpenSearchIndex:
         legs = request.legs_to_send()
         if not legs:
             return MultiSearchResult(legs={})
+        self._check_signature(writing=False)
         response = self._call(self.client.msearch, body=msearch_lines(self.alias, request))
         results: dict[Leg, LegHits] = {}
         for leg, leg_response in zip(legs, response["responses"], strict=True):
@@ -685,10 +764,13 @@ class OpenSearchIndex:
         if scope.match_none or size <= 0:
             return []
         check_result_window(offset, size)
+        self._check_signature(writing=False)
         body = filter_search_body(scope, filters, size, offset)
+        preference = search_preference(self.alias, "", (), body["query"]["bool"]["filter"])
         response = self._call(
-            self.client.search, index=self.alias, body=body, params={"allow_partial_search_results": "false"}
-        )
+            self.client.search, index=self.alias, body=body,
+            params={"allow_partial_search_results": "false", "preference": preference},
+        )  # fmt: skip
         if (error := shard_failure("a filter-only listing", self.alias, response)) is not None:
             raise error
         return [filter_hit(hit) for hit in response["hits"]["hits"]]

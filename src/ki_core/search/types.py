@@ -179,6 +179,9 @@ class MultiSearchRequest(_Frozen):
     # The identifier leg's (value, weight) pairs: the identifiers found in the query text
     # (ki_core.identifiers.query_identifier_terms). None found: the leg does not run.
     identifier_terms: tuple[tuple[str, float], ...] = ()
+    # Who asks (sorted): with the query and the index slice, what picks one shard copy for every
+    # page of this query on a cluster with replicas (OpenSearch `preference`).
+    principals: tuple[str, ...] = ()
 
     def legs_to_send(self) -> list[Leg]:
         """Legs that can match: none of the text legs under match_none, no lexical leg for blank
@@ -323,6 +326,11 @@ class IndexMappingMismatch(RuntimeError):
 
 class IndexDimensionMismatch(IndexMappingMismatch):
     """The live index holds vectors of another dimension than the configured embedder."""
+
+
+class IndexSignatureMismatch(IndexMappingMismatch):
+    """The index was built by another embedder or extractor than configured (ki_core.search.signature):
+    searches and writes are refused until `ki reindex` (HTTP 503, CLI exit 1)."""
 
 
 class ResultWindowTooDeep(ValueError):

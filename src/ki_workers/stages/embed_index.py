@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, defer
 from ki_core.acl import access_projection, in_set, principal_aliases
 from ki_core.bulk_rows import write_rows
 from ki_core.config import Settings
+from ki_core.embedding import vector_signature
 from ki_core.models import (
     Chunk,
     ChunkKind,
@@ -223,7 +224,7 @@ def store_embeddings(ctx: WorkerContext, drafted: list[VersionDrafts], progress=
     inputs = [draft.model_input for item in drafted for draft in item.drafts]
     vectors = _embed_passages(embedder, inputs, progress)
     with ctx.sessions() as session, session.begin():
-        removed = _store_chunks(session, drafted, vectors, embedder.signature)
+        removed = _store_chunks(session, drafted, vectors, vector_signature(ctx.settings, embedder))
         stale = _drop_stale_profiles(session, {item.document_id for item in drafted})
     results = []
     for item in drafted:

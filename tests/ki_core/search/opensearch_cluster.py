@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,9 +19,20 @@ from pathlib import Path
 import httpx
 
 RUN_AS = "ki-opensearch"  # the system user deploy/services.sh runs the node as when it is root
-HTTP_PORTS = (9211, 9212)
-TRANSPORT_PORTS = (9311, 9312)
 HEAP = "384m"
+
+
+def free_ports(count: int) -> tuple[int, ...]:
+    """Ports nobody listens on now: two test runs on one machine (or another cluster) never collide
+    on fixed ones. Held open together so the kernel hands out distinct ports."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return tuple(sock.getsockname()[1] for sock in sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def distribution_home() -> Path | None:
@@ -53,13 +65,23 @@ class TwoNodeCluster:
     workdir: Path
     cluster_name: str
     nodes: dict[str, Node] = field(default_factory=dict)
+    # Two HTTP ports, then two transport ports, chosen free in one call.
+    ports: tuple[int, ...] = field(default_factory=lambda: free_ports(4))
+
+    @property
+    def http_ports(self) -> tuple[int, ...]:
+        return self.ports[:2]
+
+    @property
+    def transport_ports(self) -> tuple[int, ...]:
+        return self.ports[2:]
 
     @property
     def url(self) -> str:
         """The first node: cluster manager and coordinator, never the one the tests stop."""
         return self.nodes["node-1"].url
 
-    def start(self, timeout: float = 180.0) -> None:
+    def start(self, timeout: float = 300.0) -> None:
         for number in (1, 2):
             self.nodes[f"node-{number}"] = self._start_node(number)
         deadline = time.monotonic() + timeout
@@ -96,13 +118,13 @@ class TwoNodeCluster:
         root = self.workdir / name
         config = root / "config"
         shutil.copytree(self.home / "config", config)
-        seeds = ", ".join(f'"127.0.0.1:{port}"' for port in TRANSPORT_PORTS)
+        seeds = ", ".join(f'"127.0.0.1:{port}"' for port in self.transport_ports)
         (config / "opensearch.yml").write_text(
             f"cluster.name: {self.cluster_name}\n"
             f"node.name: {name}\n"
             "network.host: 127.0.0.1\n"
-            f"http.port: {HTTP_PORTS[number - 1]}\n"
-            f"transport.port: {TRANSPORT_PORTS[number - 1]}\n"
+            f"http.port: {self.http_ports[number - 1]}\n"
+            f"transport.port: {self.transport_ports[number - 1]}\n"
             f"discovery.seed_hosts: [{seeds}]\n"
             'cluster.initial_cluster_manager_nodes: ["node-1"]\n'
             # Only node-1 may manage the cluster: stopping node-2 leaves it running.
@@ -130,7 +152,7 @@ class TwoNodeCluster:
         with log.open("wb") as out:
             # A session of its own: the kill reaches the JVM behind runuser too.
             process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        return Node(name, HTTP_PORTS[number - 1], process, log)
+        return Node(name, self.http_ports[number - 1], process, log)
 
     def _fail_if_exited(self) -> None:
         for node in self.nodes.values():

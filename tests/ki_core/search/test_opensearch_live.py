@@ -56,6 +56,23 @@ def test_ensure_creates_the_signature_index_behind_the_alias(alias: str) -> None
     assert index.alias_targets() == [concrete]
 
 
+def test_a_bulk_of_many_requests_in_flight_writes_every_chunk_and_keeps_a_delete_after_its_write(alias: str) -> None:
+    """Two requests in flight (opensearch.bulk_concurrency, BULK_BATCH_ITEMS each); a chunk written in the first
+    request and deleted in the third stays deleted: repeated ids go one request at a time, in order."""
+    from ki_core.search.contract import DeleteOp
+
+    index = live_index(alias)
+    index.ensure()
+    template = FIXTURE_CHUNKS[0]
+    chunks = [template.model_copy(update={"chunk_id": 10_000 + n}) for n in range(1_200)]
+    index.bulk(IndexOp(chunk) for chunk in chunks)
+    index.refresh()
+    assert index.count() == 1_200
+    index.bulk([*(IndexOp(c) for c in chunks[:1_100]), DeleteOp(chunks[0].chunk_id), DeleteOp(chunks[1].chunk_id)])
+    index.refresh()
+    assert index.count() == 1_198 and index.stored_fields(chunks[0].chunk_id) is None
+
+
 def test_missing_fields_are_added_to_a_live_index(alias: str) -> None:
     client = make_client(SETTINGS)
     properties = mapping_properties(RetrievalSettings(), DIMS)

@@ -381,6 +381,46 @@ def source(chunk_id: int, **extra: object) -> dict:
             "version_status": "final", "chunk_kind": "chunk", **extra}  # fmt: skip
 
 
+def one_preference(lines: list[dict]) -> str:
+    """The `preference` of the header lines (every other line is a body), removed from them: one value."""
+    found = {line.pop("preference") for line in lines[::2]}
+    assert len(found) == 1, found
+    return found.pop()
+
+
+def preference_of(script: Script, request: MultiSearchRequest) -> str:
+    script.reply("POST", "/_msearch", {"responses": [leg_response() for _ in request.legs_to_send()]})
+    make_index(script).multi_search(request)
+    return one_preference(script.sent[-1].body)
+
+
+def test_every_leg_and_page_of_one_query_reads_one_shard_copy_and_other_queries_may_read_others(script: Script) -> None:
+    """preference = stable hash of (query, principals, index slice): the same on every header line and
+    for every page (the leg depth does not change it), another for another query, caller or slice."""
+    base = MultiSearchRequest(
+        query_text="Kündigung VIII ZR 123/20", query_vector=(0.6, 0.0, 0.8), scope=SCOPE, filters=ALL_FILTERS,
+        size=50, identifier_terms=(("VIII ZR 123/20", 2.0),), principals=("anna", "group:miete"),
+    )
+    first = preference_of(script, base)
+    assert preference_of(script, base) == first
+    assert preference_of(script, base.model_copy(update={"size": 400})) == first
+    others = {
+        preference_of(script, base.model_copy(update=change))
+        for change in ({"query_text": "Kündigung"}, {"principals": ("bernd",)}, {"scope": ScopeFilter(project_ids=frozenset({"p1"}))},
+                       {"filters": SearchFilters()})
+    }  # fmt: skip
+    assert first not in others and len(others) == 4
+    assert first == "ki" + first[2:] and len(first) == 26 and not first.startswith("_")
+
+
+def test_pages_of_a_filter_listing_carry_one_preference(script: Script) -> None:
+    for offset in (0, 10, 20):
+        script.reply("POST", f"/{ALIAS}/_search", {"hits": {"hits": []}, "_shards": {"total": 1, "successful": 1}})
+        make_index(script).search_filter(SCOPE, ALL_FILTERS, size=10, offset=offset)
+    preferences = {request.params.get("preference") for request in script.sent}
+    assert len(preferences) == 1 and preferences.pop().startswith("ki")
+
+
 def test_one_msearch_carries_the_three_legs_under_the_same_strict_filter(script: Script) -> None:
     script.reply(
         "POST",
@@ -397,6 +437,7 @@ def test_one_msearch_carries_the_three_legs_under_the_same_strict_filter(script:
     )
     result = make_index(script).multi_search(request)
     assert sent(script) == [("POST", "/_msearch")]
+    assert one_preference(script.sent[0].body).startswith("ki")
     assert script.sent[0].body == [
         {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 50, "_source": SOURCE, "query": {"bool": {
@@ -424,6 +465,7 @@ def test_match_none_sends_only_the_semantic_leg_with_a_match_none_filter(script:
     script.reply("POST", "/_msearch", {"responses": [leg_response()]})
     request = MultiSearchRequest(query_text="Kündigung", query_vector=(1.0, 0.0, 0.0), scope=ScopeFilter.nothing(), size=8)
     result = make_index(script).multi_search(request)
+    one_preference(script.sent[0].body)
     assert script.sent[0].body == [
         {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 8, "_source": SOURCE, "query": {"knn": {"embedding": {
@@ -545,7 +587,7 @@ def test_open_index_builds_the_opensearch_backend_from_settings_without_a_reques
     )
     index = open_index(settings)
     assert isinstance(index, OpenSearchIndex) and isinstance(index, SearchIndex)
-    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing:t:3:ids2")
+    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing model=t/v1 dim=3 norm=l2 ids=v2")
     index.close()
 
 
