@@ -121,16 +121,43 @@ class ApiKeySettings(_Section):
 
 
 class JwtSettings(_Section):
-    """Bearer tokens of users, verified with the issuer's public key."""
+    """Bearer tokens of users, verified with the issuer's keys: a static PEM key, or its JWKS.
+
+    Without `public_key` the keys come from `jwks_uri`, or, when that is unset too, from the
+    issuer's OpenID discovery document (`<issuer>/.well-known/openid-configuration`).
+    """
 
     issuer: str
     audience: str | None = None
-    # PEM public key (file path or the PEM text itself).
-    public_key: str
+    # PEM public key (file path or the PEM text itself); None: the issuer's JWKS.
+    public_key: str | None = None
+    jwks_uri: str | None = None
+    # Keys are fetched again after this long, and at once for a token signed with an unknown `kid`,
+    # but not more often than jwks_min_refetch_seconds (a flood of forged kids must not flood the issuer).
+    jwks_cache_seconds: int = Field(default=600, ge=0)
+    jwks_min_refetch_seconds: float = Field(default=10.0, ge=0)
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"])
     principal_claim: str = "sub"
+    # Further claims naming the same user (e.g. "email"), each a principal of its own; aliases map them.
+    also_principal_claims: list[str] = Field(default_factory=list)
     groups_claim: str | None = "groups"
+    # Prepended to each group name of the groups claim ("group:" makes Keycloak's "partner" the grant's "group:partner").
+    groups_prefix: str = ""
     leeway_seconds: int = Field(default=30, ge=0)
+
+
+class OidcSettings(_Section):
+    """The web page's sign-in through the firm's directory (authorization code + PKCE).
+
+    The access token it receives is checked like any bearer token (security.jwt), so the
+    issuer must be the same one.
+    """
+
+    client_id: str
+    client_secret: SecretStr | None = None
+    scope: str = "openid profile email"
+    # The page's public address, for the redirect URI; None: taken from the request.
+    public_url: str | None = None
 
 
 class SecuritySettings(_Section):
@@ -140,6 +167,7 @@ class SecuritySettings(_Section):
     # name -> key; HTTP and MCP callers authenticate with one of these or a JWT.
     api_keys: dict[str, ApiKeySettings] = Field(default_factory=dict)
     jwt: JwtSettings | None = None
+    oidc: OidcSettings | None = None
 
 
 class DatabaseSettings(_Section):
