@@ -160,6 +160,15 @@ class OidcSettings(_Section):
     public_url: str | None = None
 
 
+class ThrottleSettings(_Section):
+    """Failed API keys and bearer tokens per client address (ki_query.throttle)."""
+
+    failures: int = Field(default=10, gt=0)
+    window_seconds: int = Field(default=60, gt=0)
+    # `limits` storage: per process by default; "redis://host:6379/1" shares the count among api processes.
+    storage_uri: str = "memory://"
+
+
 class SecuritySettings(_Section):
     source_acl_mode: Literal["sufficient", "intersect"] = "sufficient"
     principal_aliases: dict[str, str] = Field(default_factory=dict)
@@ -168,6 +177,7 @@ class SecuritySettings(_Section):
     api_keys: dict[str, ApiKeySettings] = Field(default_factory=dict)
     jwt: JwtSettings | None = None
     oidc: OidcSettings | None = None
+    throttle: ThrottleSettings = Field(default_factory=ThrottleSettings)
 
 
 class DatabaseSettings(_Section):
