@@ -180,6 +180,14 @@ class SecuritySettings(_Section):
     throttle: ThrottleSettings = Field(default_factory=ThrottleSettings)
 
 
+class AuditSettings(_Section):
+    """The audit trail of reads (ki_query.audit)."""
+
+    # Records older than this are deleted (at most once an hour, by the process that writes).
+    # Ten years: the retention German professional law asks of a lawyer's files (§ 50 BRAO).
+    retention_days: int = Field(default=3650, gt=0)
+
+
 class DatabaseSettings(_Section):
     # None: a SQLite file under the state directory (the embedded default).
     url: str | None = None
@@ -355,6 +363,7 @@ class Settings(BaseSettings):
     dms: DmsSettings = Field(default_factory=DmsSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
 
     @classmethod
     def settings_customise_sources(
@@ -413,6 +422,15 @@ class Settings(BaseSettings):
     @property
     def database_url(self) -> str:
         return self.database.url or f"sqlite:///{Path(self.state_dir) / 'ki.db'}"
+
+    @property
+    def audit_database_url(self) -> str:
+        """PostgreSQL: the store's database. SQLite: `audit.db` beside the store's file, so a search's
+        record never waits for the single SQLite writer an ingest holds."""
+        url = self.database_url
+        if url.startswith("sqlite"):
+            return f"sqlite:///{Path(self.state_dir) / 'audit.db'}"
+        return url
 
     @property
     def embedded_index_path(self) -> Path:
