@@ -70,11 +70,20 @@ class IssuerKeys:
         return str(discovery_document(self._config.issuer)["jwks_uri"])
 
 
+# An issuer's endpoints change with its configuration, not per request: fetched again after this long.
+DISCOVERY_CACHE_SECONDS = 600
+_documents: dict[str, tuple[float, dict[str, Any]]] = {}
+
+
 def discovery_document(issuer: str) -> dict[str, Any]:
     """The issuer's OpenID configuration; its `issuer` must be the configured one (OpenID Discovery 4.3)."""
+    fetched_at, document = _documents.get(issuer, (float("-inf"), {}))
+    if time.monotonic() - fetched_at < DISCOVERY_CACHE_SECONDS:
+        return document
     document = _get_json(issuer.rstrip("/") + DISCOVERY_PATH)
     if document.get("issuer") != issuer:
         raise ValueError(f"the discovery document names issuer {document.get('issuer')!r}, not {issuer!r}")
+    _documents[issuer] = (time.monotonic(), document)
     return document
 
 

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ki_core.config import Settings
 from ki_core.grants import UnknownTarget
 from ki_query.retrieval import RetrievalService
-from ki_query.web import catalog, operations
+from ki_query.web import catalog, oidc, operations
 from ki_query.web.api import ApiRefusal, QueryApi
 from ki_query.web.credentials import (
     CrossSiteRequest,
@@ -87,6 +87,7 @@ class WebPages:
     def register(self, app: FastAPI) -> None:
         routes: list[tuple[str, Callable, str]] = [
             ("/", self.home, "GET"), ("/signin", self.signin_page, "GET"), ("/signin", self.signin, "POST"),
+            ("/signin/oidc", self.signin_oidc, "GET"), (oidc.CALLBACK_PATH, self.signin_callback, "GET"),
             ("/signout", self.signout, "POST"), ("/language/{code}", self.language, "GET"),
             ("/search", self.search, "GET"), ("/documents/{document_id}", self.document, "GET"),
             ("/ask", self.ask, "GET"), ("/operations", self.operations_page, "GET"),
@@ -110,15 +111,41 @@ class WebPages:
         try:
             signed_in(self.settings, request)
         except SignInRequired:
-            return self.pages.render(request, "signin.html")
+            return self.pages.render(request, "signin.html", directory=oidc.configured(self.settings) is not None)
         return RedirectResponse("/search", status_code=303)
+
+    async def signin_oidc(self, request: Request) -> Response:
+        if oidc.configured(self.settings) is None:
+            raise StarletteHTTPException(404, "sign-in through a directory is not configured (security.oidc)")
+        return await run_in_threadpool(oidc.begin, self.settings, request, RedirectResponse)
+
+    async def signin_callback(self, request: Request) -> Response:
+        """The directory's answer: a signed-in page that moves on to the search by itself.
+
+        Not a redirect: a SameSite=Strict cookie set in a navigation that started at another
+        site would not be sent on the redirect's request; the page's own move is same-site.
+        """
+        if oidc.configured(self.settings) is None:
+            raise StarletteHTTPException(404, "sign-in through a directory is not configured (security.oidc)")
+        try:
+            tokens = await oidc.finish(self.settings, request)
+        except oidc.SignInFailed as exc:
+            return self.pages.render(request, "signin.html", status_code=401, error=str(exc), directory=True)
+        problem = refusal(self.settings, tokens.access_token)
+        if problem is not None:
+            return self.pages.render(request, "signin.html", status_code=401, error=problem, directory=True)
+        response = self.pages.render(request, "signed_in.html")
+        remember(response, request, tokens.access_token, max_age=tokens.expires_in)
+        oidc.remember_id_token(response, request, tokens)
+        return response
 
     async def signin(self, request: Request) -> Response:
         check_same_origin(request)
         credential = (await _form(request)).get("credential", "").strip()
         problem = refusal(self.settings, credential)
         if problem is not None:
-            return self.pages.render(request, "signin.html", status_code=401, error=problem)
+            return self.pages.render(request, "signin.html", status_code=401, error=problem,
+                                     directory=oidc.configured(self.settings) is not None)
         response = RedirectResponse("/search", status_code=303)
         remember(response, request, credential)
         return response
@@ -129,8 +156,10 @@ class WebPages:
             check_csrf(signed_in(self.settings, request), form.get("csrf"))
         except SignInRequired:
             pass  # nothing valid to sign out of: clearing the cookie is all there is to do
-        response = RedirectResponse("/signin", status_code=303)
+        directory_logout = await run_in_threadpool(oidc.logout_url, self.settings, request)
+        response = RedirectResponse(directory_logout or "/signin", status_code=303)
         forget(response, request)
+        oidc.forget_id_token(response)
         return response
 
     async def language(self, request: Request, code: str) -> Response:

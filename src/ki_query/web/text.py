@@ -31,6 +31,8 @@ TEXTS: dict[str, tuple[str, str]] = {
                     "The key stays in a session cookie that no page script can read, and is "
                     "deleted when you sign out."),
     "signin.submit": ("Anmelden", "Sign in"),
+    "signin.directory": ("Mit dem Kanzlei-Konto anmelden", "Sign in with the firm's account"),
+    "signin.done": ("Angemeldet. Weiter zur Suche", "Signed in. On to the search"),
     "signin.failed": ("Anmeldung fehlgeschlagen", "Sign-in failed"),
     "search.title": ("Suche", "Search"),
     "search.query": ("Suchbegriffe, Aktenzeichen oder §-Verweis", "Words, case number or § reference"),
