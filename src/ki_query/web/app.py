@@ -5,7 +5,7 @@ No `from __future__ import annotations`: FastAPI reads the handlers' annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -36,8 +36,9 @@ from ki_query.web.text import LANGUAGE_COOKIE, LANGUAGES
 
 # A sign-in or redrive form is a few hundred bytes; anything much larger is not ours.
 MAX_FORM_BYTES = 16_384
+CONTENT_SECURITY_POLICY = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     # A signed-out browser's back button must not show a page of hits again.
@@ -65,15 +66,25 @@ def create_web_app(
     app = FastAPI(title="LegalMemory knowledge index: web", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     web.register(app)
-    app.middleware("http")(_security_headers)
+    app.middleware("http")(_security_headers(settings))
     return app
 
 
-async def _security_headers(request: Request, call_next) -> Response:
-    response = await call_next(request)
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
-    return response
+def _security_headers(settings: Settings) -> Callable:
+    """The headers of every page. Sign-out posts a form that redirects to the directory's logout,
+    and a browser checks form-action along the redirects: the issuer's origin is allowed there too."""
+    headers = dict(SECURITY_HEADERS)
+    if oidc.configured(settings) is not None and settings.security.jwt is not None:
+        issuer = urlsplit(settings.security.jwt.issuer)
+        headers["Content-Security-Policy"] = f"{CONTENT_SECURITY_POLICY} {issuer.scheme}://{issuer.netloc}"
+
+    async def add(request: Request, call_next) -> Response:
+        response = await call_next(request)
+        for name, value in headers.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    return add
 
 
 class WebPages:
