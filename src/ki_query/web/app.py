@@ -101,7 +101,7 @@ class WebPages:
             ("/signin/oidc", self.signin_oidc, "GET"), (oidc.CALLBACK_PATH, self.signin_callback, "GET"),
             ("/signout", self.signout, "POST"), ("/language/{code}", self.language, "GET"),
             ("/search", self.search, "GET"), ("/documents/{document_id}", self.document, "GET"),
-            ("/ask", self.ask, "GET"), ("/operations", self.operations_page, "GET"),
+            ("/ask", self.ask, "GET"), ("/operations", self.operations_page, "GET"), ("/audit", self.audit_page, "GET"),
             ("/operations/events/{row_id}/redrive", self.redrive_event, "POST"),
         ]
         for path, handler, method in routes:
@@ -222,6 +222,13 @@ class WebPages:
         facts = await run_in_threadpool(self._overview)
         return self._render(request, "operations.html", caller, is_admin, facts=facts, can_redrive=self.redrive is not None,
                             flower_url=self.flower_url, note=request.query_params.get("note", ""))
+
+    async def audit_page(self, request: Request) -> Response:
+        """The newest audit records, from the API's admin-only route (its 403 is this page's)."""
+        caller, is_admin = await self._caller(request)
+        where = {k: v.strip() for k, v in request.query_params.items() if k in ("user", "document") and v.strip()}
+        entries = await self.api.get(caller, "/v1/audit", params=where)
+        return self._render(request, "audit.html", caller, is_admin, entries=entries, where=where)
 
     async def redrive_event(self, request: Request, row_id: str) -> Response:
         caller, is_admin = await self._caller(request)
