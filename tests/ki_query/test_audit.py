@@ -134,3 +134,16 @@ def test_on_sqlite_a_record_does_not_wait_for_the_stores_writer(tmp_path: Path) 
         store.close()
     assert Path(settings.audit_database_url.removeprefix("sqlite:///")) == tmp_path / "audit.db"
     assert sqlite3.connect(tmp_path / "audit.db").execute("pragma journal_mode").fetchone() == ("wal",)
+
+
+def test_mcp_tool_calls_are_recorded_as_the_mcp_surface(folder_world) -> None:  # noqa: F811
+    from tests.ki_query.api.test_mcp import _call, _payload
+
+    document_id = folder_world.documents["mietvertrag"].id
+    _, found = _call(folder_world, ("anna",), "search", {"query": QUERY})
+    _, read = _call(folder_world, ("anna",), "get_document", {"document_id": document_id})
+    assert not found.is_error and not read.is_error
+    newest = audit_log(folder_world.ctx.settings).entries(AuditFilter(user="test", limit=2))
+    assert [(e.surface, e.action) for e in newest] == [(Surface.MCP, AuditAction.READ), (Surface.MCP, AuditAction.SEARCH)]
+    assert newest[0].document_id == document_id
+    assert newest[1].document_ids == tuple(dict.fromkeys(h["document_id"] for h in _payload(found)["hits"]))
