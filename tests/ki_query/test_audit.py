@@ -137,11 +137,15 @@ def test_on_sqlite_a_record_does_not_wait_for_the_stores_writer(tmp_path: Path) 
 
 
 def test_mcp_tool_calls_are_recorded_as_the_mcp_surface(folder_world) -> None:  # noqa: F811
+    from concurrent.futures import ThreadPoolExecutor
+
     from tests.ki_query.api.test_mcp import _call, _payload
 
     document_id = folder_world.documents["mietvertrag"].id
-    _, found = _call(folder_world, ("anna",), "search", {"query": QUERY})
-    _, read = _call(folder_world, ("anna",), "get_document", {"document_id": document_id})
+    # In a thread of its own: a browser test's Playwright may hold an event loop in this one.
+    with ThreadPoolExecutor(1) as thread:
+        _, found = thread.submit(_call, folder_world, ("anna",), "search", {"query": QUERY}).result()
+        _, read = thread.submit(_call, folder_world, ("anna",), "get_document", {"document_id": document_id}).result()
     assert not found.is_error and not read.is_error
     newest = audit_log(folder_world.ctx.settings).entries(AuditFilter(user="test", limit=2))
     assert [(e.surface, e.action) for e in newest] == [(Surface.MCP, AuditAction.READ), (Surface.MCP, AuditAction.SEARCH)]

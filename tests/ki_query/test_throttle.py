@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import anyio
-import httpx
+from fastapi.testclient import TestClient
 
 from ki.asgi import with_mcp, with_throttle
 from ki_query.api.http import create_query_app
@@ -20,45 +19,35 @@ def _throttled_app(world: FolderWorld, signing_key):  # noqa: F811
     return with_throttle(with_mcp(create_query_app(settings, lambda: service), settings, lambda: service), settings)
 
 
-def _statuses(app, address: str, keys: list[str], path: str = "/v1/search") -> list[httpx.Response]:
-    async def run() -> list[httpx.Response]:
-        transport = httpx.ASGITransport(app=app, client=(address, 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://ki") as client:
-            return [await client.post(path, json=QUERY, headers={"X-API-Key": key}) for key in keys]
+def _from(app, address: str) -> TestClient:
+    """Requests from ADDRESS (the ASGI scope's client, as uvicorn sets it from the connection)."""
+    return TestClient(app, client=(address, 40000))
 
-    return anyio.run(run)
+
+def _searches(client: TestClient, keys: list[str]) -> list:
+    return [client.post("/v1/search", json=QUERY, headers={"X-API-Key": key}) for key in keys]
 
 
 def test_thirty_wrong_keys_are_slowed_and_the_right_key_elsewhere_still_answers(folder_world, signing_key) -> None:  # noqa: F811
     app = _throttled_app(folder_world, signing_key)
-    guesses = _statuses(app, GUESSER, [f"guess-{n:04d}-0123456789" for n in range(30)])
+    guesses = _searches(_from(app, GUESSER), [f"guess-{n:04d}-0123456789" for n in range(30)])
     assert [r.status_code for r in guesses] == [401] * 10 + [429] * 20
     assert 1 <= int(guesses[-1].headers["retry-after"]) <= 60
-    assert _statuses(app, LAWYER, [ANNA_KEY])[0].status_code == 200
+    assert _searches(_from(app, LAWYER), [ANNA_KEY])[0].status_code == 200
     # The guessing address is refused even with the right key until its window has passed.
-    assert _statuses(app, GUESSER, [ANNA_KEY])[0].status_code == 429
+    assert _searches(_from(app, GUESSER), [ANNA_KEY])[0].status_code == 429
 
 
 def test_requests_without_a_credential_do_not_count(folder_world, signing_key) -> None:  # noqa: F811
     app = _throttled_app(folder_world, signing_key)
-
-    async def run() -> list[int]:
-        transport = httpx.ASGITransport(app=app, client=(GUESSER, 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://ki") as client:
-            return [(await client.post("/v1/search", json=QUERY)).status_code for _ in range(15)]
-
-    assert anyio.run(run) == [401] * 15
-    assert _statuses(app, GUESSER, [ANNA_KEY])[0].status_code == 200
+    guesser = _from(app, GUESSER)
+    assert [guesser.post("/v1/search", json=QUERY).status_code for _ in range(15)] == [401] * 15
+    assert _searches(guesser, [ANNA_KEY])[0].status_code == 200
 
 
 def test_failed_bearer_tokens_over_mcp_count_into_the_same_window(folder_world, signing_key) -> None:  # noqa: F811
-    app = _throttled_app(folder_world, signing_key)
-
-    async def run() -> list[int]:
-        transport = httpx.ASGITransport(app=app, client=(GUESSER, 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://ki") as client:
-            mcp = [(await client.post("/mcp", json={}, headers={"Authorization": "Bearer forged.to.ken"})).status_code
-                   for _ in range(10)]
-            return mcp + [(await client.post("/v1/search", json=QUERY, headers={"X-API-Key": ANNA_KEY})).status_code]
-
-    assert anyio.run(run) == [401] * 10 + [429]
+    guesser = _from(_throttled_app(folder_world, signing_key), GUESSER)
+    forged = [guesser.post("/mcp", json={}, headers={"Authorization": "Bearer forged.to.ken"}).status_code
+              for _ in range(10)]
+    assert forged == [401] * 10
+    assert _searches(guesser, [ANNA_KEY])[0].status_code == 429
