@@ -78,6 +78,8 @@ from ki_core.models import (
 from ki_core.search.embedded import EmbeddedIndex
 from ki_core.search.index import IndexOp, SearchIndex
 from ki_core.search.types import IndexChunk, MultiSearchRequest
+from ki_query.audit import AuditAction, AuditLog, Surface, record, shown_documents
+from ki_query.identity import Identity
 from ki_query.retrieval import RANKED_LEG_DEPTH, RetrievalService
 from ki_query.scope import AccessService
 from ki_query.types import SearchRequest
@@ -347,8 +349,11 @@ def p50_p95(samples: list[float]) -> tuple[float, float]:
 
 def run_caller(
     service: RetrievalService, principal: str, texts: list[str], trips: RoundTrips, cold: Callable[[], None] | None,
+    audit: AuditLog,
 ) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {step: [] for step in (*STEPS, "embed", "e2e", "trips", "hits")}
+    """Each search as the HTTP route runs it: the search, then its audit record (timed apart as `audit`)."""
+    samples: dict[str, list[float]] = {step: [] for step in (*STEPS, "embed", "e2e", "audit", "trips", "hits")}
+    caller = Identity(principal, (principal,))
     for query in texts[:10]:  # warm the page cache and the scope cache
         service.search(SearchRequest(query=query, limit=10), [principal])
     for query in texts:
@@ -356,6 +361,10 @@ def run_caller(
             cold()
         before = trips.count
         response = service.search(SearchRequest(query=query, limit=10), [principal])
+        started = time.perf_counter()
+        record(audit, caller, Surface.HTTP, AuditAction.SEARCH, query=query, hit_count=len(response.hits),
+               document_ids=shown_documents(response.hits))
+        samples["audit"].append((time.perf_counter() - started) * 1000)
         timings = response.timings
         for step in STEPS:
             samples[step].append(getattr(timings, step))
@@ -368,7 +377,7 @@ def run_caller(
 
 def report(name: str, samples: dict[str, list[float]], width: int = 22) -> None:
     cells = [f"{name:<{width}}"]
-    for step in ("e2e", *STEPS, "embed"):
+    for step in ("e2e", *STEPS, "embed", "audit"):
         p50, p95 = p50_p95(samples[step])
         cells.append(f"{p50:6.1f} /{p95:6.1f}")
     cells.append(f"{statistics.mean(samples['trips']):5.1f}")
@@ -432,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                         write_opensearch(bench_os, rows)
                         # Its own engine on the same database: round-trips counted per backend.
                         opened.append(Backend("opensearch", bench_os.settings, make_engine(url), bench_os.index))
-            measure(opened, embedder, queries(paragraphs, args.queries, rng), rerank=not args.no_rerank)
+            audit = AuditLog(Settings(state_dir=tmp, database={"url": url}))
+            measure(opened, embedder, queries(paragraphs, args.queries, rng), audit, rerank=not args.no_rerank)
         finally:
             for backend in opened:
                 if backend.name == "embedded":
@@ -457,8 +467,10 @@ def bare_search_ms(index: SearchIndex, embedder: HashingEmbedder, scope_filter, 
     return samples
 
 
-def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str], rerank: bool = True) -> None:
-    """rerank: the default offline reranker on (as shipped) or off (what it adds is the difference)."""
+def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str], audit: AuditLog,
+            rerank: bool = True) -> None:
+    """rerank: the default offline reranker on (as shipped) or off (what it adds is the difference).
+    audit: the trail each search is recorded in, as the surfaces do (its own file on SQLite)."""
     services = {}
     for backend in opened:
         sessions = session_factory(backend.engine)
@@ -476,18 +488,18 @@ def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str], 
     full, cold, bare = {}, {}, {}
     print(f"\n{len(texts)} queries per caller, limit 10, offline reranker {'on' if rerank else 'off'}; "
           "milliseconds p50 / p95; e2e = search without the embedding")
-    header = ["caller", "e2e", *STEPS, "embed"]
+    header = ["caller", "e2e", *STEPS, "embed", "audit"]
     print(f"{header[0]:<{width}} " + " ".join(f"{h:>14}" for h in header[1:]) + "  trips  hits")
     for name, principal in CALLERS.items():
         for backend in opened:
             service, _, trips = services[backend.name]
-            full[name, backend.name] = run_caller(service, principal, texts, trips, None)
+            full[name, backend.name] = run_caller(service, principal, texts, trips, None, audit)
             report(label(name, backend.name), full[name, backend.name], width)
     print("\nscope compiled cold (cache cleared before each search):")
     for name, principal in CALLERS.items():
         for backend in opened:
             service, access, trips = services[backend.name]
-            cold[name, backend.name] = run_caller(service, principal, texts, trips, access.clear_cache)
+            cold[name, backend.name] = run_caller(service, principal, texts, trips, access.clear_cache, audit)
             report(label(f"{name} (cold scope)", backend.name), cold[name, backend.name], width)
     for name, principal in CALLERS.items():
         for backend in opened:

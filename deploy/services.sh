@@ -3,6 +3,7 @@
 #   PostgreSQL  127.0.0.1:5432  trust auth for local TCP connections, database `test`
 #   Redis       127.0.0.1:6379  no persistence
 #   OpenSearch  127.0.0.1:9200  the minimal distribution plus the k-NN plugin, security off
+#   Keycloak    127.0.0.1:8180  dev mode (start-dev), realm `ki` imported from deploy/keycloak/realm-ki.json
 # Idempotent: when everything answers, it returns in about a second.
 #
 # Debian's packages bring PostgreSQL and Redis; OpenSearch comes from Maven Central by its
@@ -10,9 +11,10 @@
 # /var/cache/ki-services as root), outside the repository. The plugin published there carries no native libraries, so only the
 # `lucene` k-NN engine (our default) works on this node.
 #
-# Environment: KI_OPENSEARCH_VERSION (2.19.1), KI_OPENSEARCH_HEAP (1g), KI_SERVICES_CACHE,
-# KI_SKIP_OPENSEARCH=1 (PostgreSQL and Redis only). Exit status 3: OpenSearch could not be
-# fetched or started (PostgreSQL and Redis are up); any other non-zero: they are not.
+# Environment: KI_OPENSEARCH_VERSION (2.19.1), KI_OPENSEARCH_HEAP (1g), KI_KEYCLOAK_VERSION (26.7.3),
+# KI_KEYCLOAK_HEAP (512m), KI_SERVICES_CACHE, KI_SKIP_OPENSEARCH=1 (PostgreSQL and Redis only),
+# KI_SKIP_KEYCLOAK=1. Exit status 3: OpenSearch could not be fetched or started (PostgreSQL and
+# Redis are up); 4: Keycloak could not (the others are up); any other non-zero: PostgreSQL or Redis.
 set -euo pipefail
 
 OPENSEARCH_VERSION="${KI_OPENSEARCH_VERSION:-2.19.1}"
@@ -108,12 +110,12 @@ start_redis() {
 
 os_health() { curl -fsS "$OS_URL/_cluster/health?wait_for_status=yellow&timeout=${1:-1s}" 2>/dev/null | grep -Eq '"status":"(green|yellow)"'; }
 
-maven_file() {  # group artifact version -> path of the zip in the local Maven repository
-    local group="$1" artifact="$2" version="$3"
-    local path="$HOME/.m2/repository/${group//.//}/$artifact/$version/$artifact-$version.zip"
+maven_file() {  # group artifact version [packaging] -> path of the file in the local Maven repository
+    local group="$1" artifact="$2" version="$3" packaging="${4:-zip}"
+    local path="$HOME/.m2/repository/${group//.//}/$artifact/$version/$artifact-$version.$packaging"
     if [ ! -s "$path" ]; then
-        say "fetching $group:$artifact:$version:zip from Maven Central" >&2
-        mvn -q -B -Dstyle.color=never dependency:get -Dtransitive=false -Dartifact="$group:$artifact:$version:zip" >&2
+        say "fetching $group:$artifact:$version:$packaging from Maven Central" >&2
+        mvn -q -B -Dstyle.color=never dependency:get -Dtransitive=false -Dartifact="$group:$artifact:$version:$packaging" >&2
     fi
     echo "$path"
 }
@@ -235,9 +237,71 @@ start_opensearch() {
     return 1
 }
 
+# -------------------------------------------------------------------- Keycloak
+
+KEYCLOAK_VERSION="${KI_KEYCLOAK_VERSION:-26.7.3}"
+KC_HEAP="${KI_KEYCLOAK_HEAP:-512m}"
+KC_HOME="$CACHE/keycloak-$KEYCLOAK_VERSION"
+KC_URL="http://127.0.0.1:8180"
+KC_REALM_FILE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/keycloak/realm-ki.json"
+# Start-up measured on 2 cores shared with other work (load 10): 147 s with a fresh dev database,
+# most of it creating the schema; bounded so CI is.
+KC_START_SECONDS="${KI_KEYCLOAK_START_SECONDS:-300}"
+
+# Ready when the imported realm publishes its discovery document (the server alone is not enough).
+kc_ready() { curl -fsS -m 2 "$KC_URL/realms/ki/.well-known/openid-configuration" 2>/dev/null | grep -q '"issuer"'; }
+
+install_keycloak() {
+    if [ -e "$KC_HOME/.ki-installed" ]; then return; fi
+    local dist
+    dist="$(maven_file org.keycloak keycloak-quarkus-dist "$KEYCLOAK_VERSION" tar.gz)" || return 1
+    rm -rf "$KC_HOME" "$KC_HOME.unpack"; mkdir -p "$KC_HOME.unpack"
+    tar -xzf "$dist" -C "$KC_HOME.unpack" || return 1
+    mv "$KC_HOME.unpack/keycloak-$KEYCLOAK_VERSION" "$KC_HOME" || return 1
+    rmdir "$KC_HOME.unpack"
+    touch "$KC_HOME/.ki-installed"
+}
+
+start_keycloak() {
+    if kc_ready; then return; fi
+    local java_home; java_home="$(ls -d /usr/lib/jvm/temurin-25-jdk* 2>/dev/null | head -1)"
+    [ -n "$java_home" ] || { say "Keycloak needs Java 21+: no /usr/lib/jvm/temurin-25-jdk*" >&2; return 1; }
+    install_keycloak || { say "could not fetch or unpack Keycloak $KEYCLOAK_VERSION" >&2; return 1; }
+    if [ -s "$KC_HOME/keycloak.pid" ] && kill -0 "$(cat "$KC_HOME/keycloak.pid")" 2>/dev/null; then
+        say "Keycloak is starting already (pid $(cat "$KC_HOME/keycloak.pid"))"
+    else
+        # The dev database is thrown away when the committed realm file changed (an import skips a
+        # realm that exists), so the realm is always the file's; kept otherwise, which saves the schema.
+        local realm_sum; realm_sum="$(sha256sum "$KC_REALM_FILE" | cut -d' ' -f1)"
+        if [ "$(cat "$KC_HOME/data/realm.sha256" 2>/dev/null)" != "$realm_sum" ]; then
+            rm -rf "$KC_HOME/data/h2" "$KC_HOME/data/import"
+        fi
+        mkdir -p "$KC_HOME/data/import" "$CACHE/logs"
+        cp "$KC_REALM_FILE" "$KC_HOME/data/import/"
+        echo "$realm_sum" >"$KC_HOME/data/realm.sha256"
+        say "starting Keycloak $KEYCLOAK_VERSION (heap $KC_HEAP) on $KC_URL"
+        JAVA_HOME="$java_home" JAVA_OPTS_KC_HEAP="-Xms128m -Xmx$KC_HEAP" \
+            setsid nohup "$KC_HOME/bin/kc.sh" start-dev --http-host=127.0.0.1 --http-port=8180 \
+            --import-realm --health-enabled=false --metrics-enabled=false \
+            >"$CACHE/logs/keycloak.log" 2>&1 </dev/null &
+        echo $! >"$KC_HOME/keycloak.pid"
+    fi
+    for _ in $(seq 1 "$KC_START_SECONDS"); do
+        if kc_ready; then say "Keycloak is up on $KC_URL (realm ki)"; return; fi
+        if ! kill -0 "$(cat "$KC_HOME/keycloak.pid")" 2>/dev/null; then break; fi
+        sleep 1
+    done
+    say "Keycloak did not publish realm ki within $KC_START_SECONDS s; see $CACHE/logs/keycloak.log" >&2
+    tail -20 "$CACHE/logs/keycloak.log" >&2 2>/dev/null || true
+    return 1
+}
+
 start_postgresql
 start_redis
 say "PostgreSQL and Redis are up"
 if [ "${KI_SKIP_OPENSEARCH:-0}" != 1 ]; then
     start_opensearch || exit 3
+fi
+if [ "${KI_SKIP_KEYCLOAK:-0}" != 1 ]; then
+    start_keycloak || exit 4
 fi

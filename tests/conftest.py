@@ -34,7 +34,10 @@ PG_URL = os.environ.get(
     "KI_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 REDIS_URL = os.environ.get("KI_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-_KEEP_ENV = {"KI_TEST_DATABASE_URL", "KI_TEST_REDIS_URL", "KI_REQUIRE_SERVICES", "KI_TEST_OPENSEARCH_URL"}
+# The realm `ki` of the Keycloak that `make services` starts (deploy/keycloak/realm-ki.json).
+OIDC_ISSUER = os.environ.get("KI_TEST_OIDC_ISSUER")
+_KEEP_ENV = {"KI_TEST_DATABASE_URL", "KI_TEST_REDIS_URL", "KI_REQUIRE_SERVICES", "KI_TEST_OPENSEARCH_URL",
+             "KI_TEST_OIDC_ISSUER"}
 
 
 def service_unavailable(name: str, reason: object) -> None:

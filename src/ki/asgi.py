@@ -31,7 +31,7 @@ def create_api() -> FastAPI:
     service = _retrieval_service(settings)
     federated = _federated_search(service)
     app = with_mcp(create_query_app(settings, service, federated=federated), settings, service, federated)
-    return with_web(app, settings, service, federated)
+    return with_throttle(with_web(app, settings, service, federated), settings)
 
 
 def create_all_in_one() -> FastAPI:
@@ -44,7 +44,16 @@ def create_all_in_one() -> FastAPI:
     federated = _federated_search(service)
     app = create_ingress_app(settings)
     app.mount("/v1", create_query_app(settings, service, prefix="", federated=federated))
-    return with_web(with_mcp(app, settings, service, federated), settings, service, federated, _redrive_event(settings))
+    app = with_web(with_mcp(app, settings, service, federated), settings, service, federated, _redrive_event(settings))
+    return with_throttle(app, settings)
+
+
+def with_throttle(app: FastAPI, settings: Settings) -> FastAPI:
+    """Failed credentials counted per client address across /v1, /mcp and the web page (one window)."""
+    from ki_query.throttle import FailedCredentialThrottle
+
+    app.add_middleware(FailedCredentialThrottle, settings=settings.security.throttle)
+    return app
 
 
 def with_mcp(app: FastAPI, settings: Settings, service: Callable, federated: Callable | None = None) -> FastAPI:

@@ -11,6 +11,7 @@ import typer
 
 from ki.commands import access as access_commands
 from ki.commands import ask as ask_commands
+from ki.commands import audit as audit_commands
 from ki.commands import config as config_commands
 from ki.commands import corpus as corpus_commands
 from ki.commands import delete as delete_commands
@@ -53,7 +54,7 @@ def _options(
 
 for _module in (config_commands, store_commands, demo_commands, ingest_commands, query_commands, identifiers_commands,
                 access_commands, groups_commands, corpus_commands, ask_commands, eval_commands, events_commands, keys_commands,
-                delete_commands, projects_commands, store_move_commands):
+                delete_commands, projects_commands, store_move_commands, audit_commands):
     _module.register(app)
 
 

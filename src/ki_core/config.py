@@ -121,16 +121,52 @@ class ApiKeySettings(_Section):
 
 
 class JwtSettings(_Section):
-    """Bearer tokens of users, verified with the issuer's public key."""
+    """Bearer tokens of users, verified with the issuer's keys: a static PEM key, or its JWKS.
+
+    Without `public_key` the keys come from `jwks_uri`, or, when that is unset too, from the
+    issuer's OpenID discovery document (`<issuer>/.well-known/openid-configuration`).
+    """
 
     issuer: str
     audience: str | None = None
-    # PEM public key (file path or the PEM text itself).
-    public_key: str
+    # PEM public key (file path or the PEM text itself); None: the issuer's JWKS.
+    public_key: str | None = None
+    jwks_uri: str | None = None
+    # Keys are fetched again after this long, and at once for a token signed with an unknown `kid`,
+    # but not more often than jwks_min_refetch_seconds (a flood of forged kids must not flood the issuer).
+    jwks_cache_seconds: int = Field(default=600, ge=0)
+    jwks_min_refetch_seconds: float = Field(default=10.0, ge=0)
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"])
     principal_claim: str = "sub"
+    # Further claims naming the same user (e.g. "email"), each a principal of its own; aliases map them.
+    also_principal_claims: list[str] = Field(default_factory=list)
     groups_claim: str | None = "groups"
+    # Prepended to each group name of the groups claim ("group:" makes Keycloak's "partner" the grant's "group:partner").
+    groups_prefix: str = ""
     leeway_seconds: int = Field(default=30, ge=0)
+
+
+class OidcSettings(_Section):
+    """The web page's sign-in through the firm's directory (authorization code + PKCE).
+
+    The access token it receives is checked like any bearer token (security.jwt), so the
+    issuer must be the same one.
+    """
+
+    client_id: str
+    client_secret: SecretStr | None = None
+    scope: str = "openid profile email"
+    # The page's public address, for the redirect URI; None: taken from the request.
+    public_url: str | None = None
+
+
+class ThrottleSettings(_Section):
+    """Failed API keys and bearer tokens per client address (ki_query.throttle)."""
+
+    failures: int = Field(default=10, gt=0)
+    window_seconds: int = Field(default=60, gt=0)
+    # `limits` storage: per process by default; "redis://host:6379/1" shares the count among api processes.
+    storage_uri: str = "memory://"
 
 
 class SecuritySettings(_Section):
@@ -140,6 +176,16 @@ class SecuritySettings(_Section):
     # name -> key; HTTP and MCP callers authenticate with one of these or a JWT.
     api_keys: dict[str, ApiKeySettings] = Field(default_factory=dict)
     jwt: JwtSettings | None = None
+    oidc: OidcSettings | None = None
+    throttle: ThrottleSettings = Field(default_factory=ThrottleSettings)
+
+
+class AuditSettings(_Section):
+    """The audit trail of reads (ki_query.audit)."""
+
+    # Records older than this are deleted (at most once an hour, by the process that writes).
+    # Ten years: the retention German professional law asks of a lawyer's files (§ 50 BRAO).
+    retention_days: int = Field(default=3650, gt=0)
 
 
 class DatabaseSettings(_Section):
@@ -320,6 +366,7 @@ class Settings(BaseSettings):
     dms: DmsSettings = Field(default_factory=DmsSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
 
     @classmethod
     def settings_customise_sources(
@@ -378,6 +425,15 @@ class Settings(BaseSettings):
     @property
     def database_url(self) -> str:
         return self.database.url or f"sqlite:///{Path(self.state_dir) / 'ki.db'}"
+
+    @property
+    def audit_database_url(self) -> str:
+        """PostgreSQL: the store's database. SQLite: `audit.db` beside the store's file, so a search's
+        record never waits for the single SQLite writer an ingest holds."""
+        url = self.database_url
+        if url.startswith("sqlite"):
+            return f"sqlite:///{Path(self.state_dir) / 'audit.db'}"
+        return url
 
     @property
     def embedded_index_path(self) -> Path:

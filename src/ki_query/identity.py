@@ -10,11 +10,15 @@ import hashlib
 import hmac
 from fnmatch import fnmatchcase
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
+from typing import Any
+
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwt import JWTClaimsRegistry
 
 from ki_core.acl import admin_principals, canonical_principal, normalize_principal, principal_aliases
 from ki_core.config import JwtSettings, Settings
+from ki_query.token_keys import KeysUnavailable, issuer_keys, static_key
 
 
 class Unauthenticated(Exception):
@@ -69,39 +73,56 @@ def _check_assertable(settings: Settings, key_name: str, patterns: list[str], pr
 
 
 def identity_from_jwt(settings: Settings, token: str) -> Identity:
-    import jwt
-
+    """A user's token, checked against the issuer's keys: signature, issuer, audience, expiry."""
     config = settings.security.jwt
     if config is None:
         raise Unauthenticated("bearer tokens are not configured (security.jwt)")
+    claims = verified_claims(config, token)
+    return Identity(str(claims[config.principal_claim]), token_principals(config, claims))
+
+
+def verified_claims(config: JwtSettings, token: str) -> dict[str, Any]:
+    registry = JWTClaimsRegistry(
+        leeway=config.leeway_seconds,
+        iss={"essential": True, "value": config.issuer},
+        exp={"essential": True},
+        **({"aud": {"essential": True, "value": config.audience}} if config.audience else {}),
+        **{config.principal_claim: {"essential": True}},
+    )
     try:
-        claims = jwt.decode(
-            token,
-            _public_key(config.public_key),
-            algorithms=config.algorithms,
-            audience=config.audience,
-            issuer=config.issuer,
-            leeway=config.leeway_seconds,
-            options={"require": ["exp", "iss", config.principal_claim]},
-        )
-    except jwt.PyJWTError as exc:
+        claims = jwt.decode(token, _signing_keys(config), algorithms=config.algorithms).claims
+        registry.validate(claims)
+    except KeysUnavailable as exc:
         raise Unauthenticated(f"invalid token: {exc}") from None
-    return Identity(str(claims[config.principal_claim]), _token_principals(config, claims))
+    except (JoseError, ValueError) as exc:
+        raise Unauthenticated(f"invalid token: {_reason(exc)}") from None
+    return claims
 
 
-def _token_principals(config: JwtSettings, claims: dict) -> tuple[str, ...]:
+def _signing_keys(config: JwtSettings) -> Any:
+    """The configured PEM key, or a lookup of the token's `kid` in the issuer's JWKS."""
+    if config.public_key:
+        return static_key(config.public_key)
+    return lambda guest: issuer_keys(config).key_for(guest.headers().get("kid"))
+
+
+def _reason(exc: Exception) -> str:
+    """joserfc's errors carry a short code and sometimes no message."""
+    return getattr(exc, "description", "") or str(exc) or type(exc).__name__
+
+
+def token_principals(config: JwtSettings, claims: dict[str, Any]) -> tuple[str, ...]:
+    """The one mapping of a token's claims to principals: the user, the same user by other claims
+    (aliases in the scope compiler map them to the canonical name), and the groups under their prefix.
+
+    Issue 41's identity module (ki_core.principals) takes over this rule; it stays here until then.
+    """
     principals = [str(claims[config.principal_claim])]
+    principals += [str(claims[c]) for c in config.also_principal_claims if isinstance(claims.get(c), str)]
     groups = claims.get(config.groups_claim) if config.groups_claim else None
     if isinstance(groups, list):
-        principals += [str(g) for g in groups]
-    return tuple(principals)
-
-
-@cache
-def _public_key(value: str) -> str:
-    if value.lstrip().startswith("-----BEGIN"):
-        return value
-    return Path(value).read_text(encoding="utf-8")
+        principals += [config.groups_prefix + str(g).lstrip("/") for g in groups if str(g).strip("/")]
+    return tuple(dict.fromkeys(principals))
 
 
 def resolve_identity(

@@ -256,3 +256,17 @@ def test_a_local_deny_on_single_files_keeps_them_out_of_scope_reverification_sea
     assert in_scope == verified == FILES
     assert "schreiben-mieterin.txt" in found
     assert all(projection[f] == ({"bob"}, set()) for f in FILES)
+
+
+def test_grants_and_revocations_are_in_the_audit_trail(world: World) -> None:
+    from ki_query.audit import AuditAction, AuditFilter, audit_log
+
+    assert ki("grant", "bob", "--project", "mandant-a").exit_code == 0
+    assert ki("revoke", "bob", "--project", "mandant-a").exit_code == 0
+    assert ki("revoke", "bob", "--project", "mandant-a").exit_code == 0  # nothing changed: nothing recorded
+    changes = audit_log(world.settings).entries(AuditFilter())
+    assert [(c.action, c.detail) for c in changes] == [
+        (AuditAction.ACCESS_CHANGE, "revoke allow bob on mandant-a"),
+        (AuditAction.ACCESS_CHANGE, "grant allow bob on mandant-a"),
+    ]
+    assert all(c.subject.startswith("cli:") for c in changes)

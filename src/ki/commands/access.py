@@ -120,11 +120,26 @@ def grant(principal: str = PRINCIPAL, project: str | None = PROJECT, document: s
         target, where = _target(session, project, document, obj)
         row = grants.grant(session, target, principal, effect=_effect(deny), settings=settings)
         stored = row.principal
+        _record_change(settings, f"grant {_effect(deny).value} {stored} on {where}", target)
         note = None if deny else _allow_note(session, target, settings)
     console = Console()
     console.print(f"{_effect(deny).value} [bold]{stored}[/] on {where}", highlight=False)
     if note:
         console.print(note, highlight=False)
+
+
+def _record_change(settings, detail: str, target) -> None:
+    """In the audit trail before the change commits: a change that cannot be recorded is not made."""
+    import getpass
+
+    from ki_core.models import GrantScope
+    from ki_query.audit import AuditAction, Surface, audit_log, record
+    from ki_query.identity import Identity
+
+    operator = f"cli:{getpass.getuser()}"
+    document_id = target.id if target.scope is GrantScope.DOCUMENT else None
+    record(audit_log(settings), Identity(operator, (operator,)), Surface.CLI, AuditAction.ACCESS_CHANGE,
+           document_id=document_id, detail=detail)
 
 
 @access_app.command("revoke")
@@ -138,6 +153,8 @@ def revoke(principal: str = PRINCIPAL, project: str | None = PROJECT, document: 
     with configured_store() as (settings, session):
         target, where = _target(session, project, document, obj)
         removed = grants.revoke(session, target, principal, effect=_effect(deny), settings=settings)
+        if removed:
+            _record_change(settings, f"revoke {_effect(deny).value} {principal} on {where}", target)
         mirrored = [o for o in grants.grant_origins(session, target, principal, effect=_effect(deny),
                                                     settings=settings) if o != LOCAL_ORIGIN]
     stored = grants.stored_principal(principal, settings)

@@ -422,11 +422,13 @@ def mcp(
     from ki_core.config import load_settings
     from ki_query.identity import identity_from_api_key
     from ki_query.api.mcp_server import create_mcp_server
+    from ki_query.audit import audit_log
 
     if not api_key:
         raise typer.BadParameter("stdio serves one identity: give --api-key or KI_MCP_API_KEY", param_hint="--api-key")
-    identity = identity_from_api_key(load_settings(), api_key)
-    create_mcp_server(_service, identity).run("stdio")
+    settings = load_settings()
+    identity = identity_from_api_key(settings, api_key)
+    create_mcp_server(_service, identity, audit=audit_log(settings)).run("stdio")
 
 
 def _serve_mcp_http(api_key: str | None, host: str, port: int) -> None:

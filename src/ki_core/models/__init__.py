@@ -8,6 +8,7 @@ from ki_core.models.access import (
     GrantScope,
     GroupMembership,
 )
+from ki_core.models.audit import AuditRecord
 from ki_core.models.base import Base, new_id
 from ki_core.models.corpora import Corpus, CorpusKind
 from ki_core.models.documents import (
@@ -28,6 +29,7 @@ from ki_core.models.store import StoreIdentity
 
 __all__ = [
     "AccessGeneration",
+    "AuditRecord",
     "Base",
     "Chunk",
     "ChunkKind",

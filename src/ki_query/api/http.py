@@ -23,7 +23,8 @@ from ki_core.openapi import without_validation_422
 from ki_core.search.types import SearchFilters
 from ki_query.federation.search import FederatedAnswer, FederatedSearch, FederatedSearchOnFirstUse
 from ki_query.graph import MAX_TRAVERSAL_DEPTH
-from ki_query.identity import Identity, resolve_identity
+from ki_query.audit import AuditAction, AuditEntry, AuditFilter, Surface, audit_log, record, shown_documents
+from ki_query.identity import Forbidden, Identity, resolve_identity
 from ki_query.api.refusals import REFUSAL_STATUS, refusal_reason
 from ki_query.reading import DEFAULT_TEXT_CHARS, DocumentText, TextRequest, content_disposition
 from ki_query.retrieval import RetrievalService
@@ -168,28 +169,45 @@ def query_router(
         return resolve_identity(settings, authorization=authorization, api_key=x_api_key, on_behalf_of=x_ki_on_behalf_of)
 
     Caller = Annotated[Identity, Depends(caller)]
+    log = audit_log(settings)
+
+    def surface(x_ki_surface: Annotated[str | None, Header(include_in_schema=False)] = None) -> Surface:
+        return Surface.WEB if x_ki_surface == Surface.WEB.value else Surface.HTTP
+
+    On = Annotated[Surface, Depends(surface)]
 
     @router.post("/search", response_model=SearchResponse, responses=RERANK_FAILED)
-    def search(body: SearchRequest, who: Caller) -> Any:
+    def search(body: SearchRequest, who: Caller, on: On) -> Any:
         """Hybrid search (lexical, semantic, identifier legs fused) inside the caller's access scope."""
-        return service().search(body, who.principals)
+        answer = service().search(body, who.principals)
+        record(log, who, on, AuditAction.SEARCH, query=body.query, hit_count=len(answer.hits),
+               document_ids=shown_documents(answer.hits))
+        return answer
 
     @router.post("/ask", response_model=FederatedAnswer)
-    def ask(body: AskRequest, who: Caller) -> Any:
+    def ask(body: AskRequest, who: Caller, on: On) -> Any:
         """Federated search: statutes and the other registered corpora beside the firm's index, which is
         searched as the caller (an unknown principal or a failing firm search gives no firm hits, never more)."""
-        return federated().ask(body.question, who.principals, corpora=body.corpora, top_k=body.limit,
-                               explain=body.explain)
+        answer = federated().ask(body.question, who.principals, corpora=body.corpora, top_k=body.limit,
+                                 explain=body.explain)
+        record(log, who, on, AuditAction.ASK, query=body.question, hit_count=len(answer.hits),
+               document_ids=shown_documents(answer.hits))
+        return answer
 
     @router.post("/search/filter", response_model=SearchResponse)
-    def search_filter(body: FilterSearchRequest, who: Caller) -> Any:
+    def search_filter(body: FilterSearchRequest, who: Caller, on: On) -> Any:
         """Metadata-only listing, newest first; no query text, no embedding."""
-        return service().search_filter(body.filters, who.principals, body.offset, body.limit)
+        answer = service().search_filter(body.filters, who.principals, body.offset, body.limit)
+        record(log, who, on, AuditAction.SEARCH_FILTER, query=body.filters.model_dump_json(exclude_defaults=True),
+               hit_count=len(answer.hits), document_ids=shown_documents(answer.hits))
+        return answer
 
     @router.post("/decisions/search", response_model=list[DecisionHit])
-    def search_decisions(body: DecisionSearchRequest, who: Caller) -> Any:
+    def search_decisions(body: DecisionSearchRequest, who: Caller, on: On) -> Any:
         """Decision records whose evidence the caller may see in full."""
-        return service().search_decisions(body.query, who.principals, body.limit)
+        hits = service().search_decisions(body.query, who.principals, body.limit)
+        record(log, who, on, AuditAction.SEARCH_DECISIONS, query=body.query, hit_count=len(hits))
+        return hits
 
     @router.post("/decisions", response_model=DecisionHit, status_code=201)
     def add_decision(body: NewDecision, who: Caller) -> Any:
@@ -197,12 +215,14 @@ def query_router(
         return service().add_decision(body, who.principals)
 
     @router.get("/documents/{document_id}", response_model=DocumentView, responses=NOT_FOUND)
-    def get_document(document_id: Annotated[RecordId, Path()], who: Caller) -> Any:
-        return service().get_document(document_id, who.principals)
+    def get_document(document_id: Annotated[RecordId, Path()], who: Caller, on: On) -> Any:
+        view = service().get_document(document_id, who.principals)
+        record(log, who, on, AuditAction.READ, document_id=view.document.id)
+        return view
 
     @router.get("/documents/{document_id}/text", response_model=DocumentText, responses=NOT_FOUND)
     def document_text(
-        document_id: Annotated[RecordId, Path()], who: Caller,
+        document_id: Annotated[RecordId, Path()], who: Caller, on: On,
         version: Annotated[RecordId | None, Query(description="A visible version; default the one a citation names")] = None,
         offset: Annotated[int, Query(ge=0, description="Characters to skip (within the section, if one is named)")] = 0,
         limit: Annotated[int, Query(gt=0, description="Characters to return, at most 100,000")] = DEFAULT_TEXT_CHARS,
@@ -210,24 +230,40 @@ def query_router(
     ) -> Any:
         """The converted text of a visible version (the text the index was built from), a range or a section."""
         request = TextRequest(version=version, offset=offset, limit=limit, section=section)
-        return service().read_text(document_id, request, who.principals)
+        text = service().read_text(document_id, request, who.principals)
+        record(log, who, on, AuditAction.TEXT, document_id=text.document_id, detail=text.version_id)
+        return text
 
     @router.get("/documents/{document_id}/original", response_class=Response,
                 responses=NOT_FOUND | ORIGINAL_UNAVAILABLE | {200: {"content": {"application/octet-stream": {}}}})
     def document_original(
-        document_id: Annotated[RecordId, Path()], who: Caller, version: Annotated[RecordId | None, Query()] = None,
+        document_id: Annotated[RecordId, Path()], who: Caller, on: On, version: Annotated[RecordId | None, Query()] = None,
     ) -> Response:
         """The file of a visible version, from the folder it was ingested from, if it is still the same bytes."""
         found = service().read_original(document_id, version, who.principals)
+        record(log, who, on, AuditAction.ORIGINAL, document_id=document_id, detail=version)
         return Response(found.data, media_type=found.media_type,
                         headers={"Content-Disposition": content_disposition(found.filename)})
 
     @router.get("/documents/{document_id}/related", response_model=list[RelatedDocument], responses=NOT_FOUND)
-    def related(document_id: Annotated[RecordId, Path()], who: Caller, kinds: Annotated[list[RelationKind] | None, Query()] = None) -> Any:
-        return service().related_documents(document_id, who.principals, kinds)
+    def related(document_id: Annotated[RecordId, Path()], who: Caller, on: On,
+                kinds: Annotated[list[RelationKind] | None, Query()] = None) -> Any:
+        related = service().related_documents(document_id, who.principals, kinds)
+        record(log, who, on, AuditAction.RELATED, document_id=document_id, hit_count=len(related))
+        return related
 
     @router.post("/traverse", response_model=TraversalResult, responses=NOT_FOUND)
     def traverse(body: TraverseRequest, who: Caller) -> Any:
         return service().traverse(body.document_id, who.principals, body.kinds, body.depth)
+
+    @router.get("/audit", response_model=list[AuditEntry], responses={403: _error("Not an admin principal")})
+    def audit(who: Caller, on: On, where: Annotated[AuditFilter, Query()]) -> Any:
+        """The audit trail, newest first (security.admin_principals only); looking is recorded too."""
+        if not service().access.compile_scope(who.principals).is_admin:
+            raise Forbidden("the audit trail is for security.admin_principals")
+        entries = log.entries(where)
+        record(log, who, on, AuditAction.AUDIT_VIEW, query=where.model_dump_json(exclude_defaults=True),
+               hit_count=len(entries))
+        return entries
 
     return router

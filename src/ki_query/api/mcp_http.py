@@ -25,7 +25,8 @@ from starlette.requests import HTTPConnection
 
 from ki_core.config import Settings
 from ki_query.federation.search import FederatedSearch
-from ki_query.identity import Forbidden, Unauthenticated, key_digest, resolve_identity
+from ki_query.audit import audit_log
+from ki_query.identity import Forbidden, Identity, Unauthenticated, key_digest, resolve_identity
 from ki_query.api.mcp_server import INSTRUCTIONS, SERVER_NAME, add_retrieval_tools
 from ki_query.retrieval import RetrievalService
 
@@ -60,8 +61,8 @@ class CallerTokenVerifier(TokenVerifier):
                            scopes=[], principals=identity.principals)
 
 
-def request_principals(ctx: Context) -> tuple[str, ...]:
-    """The principals of the request that carried this call.
+def request_identity(ctx: Context) -> Identity:
+    """The caller of the request that carried this call.
 
     Read from the call's own HTTP request, not from the SDK's get_access_token()
     context variable, which in a stateful session keeps the opening request's
@@ -77,7 +78,7 @@ def request_principals(ctx: Context) -> tuple[str, ...]:
     if ON_BEHALF_OF in request.headers:
         # Acting as the front end's own principals instead would answer for the wrong person.
         raise Forbidden(f"{ON_BEHALF_OF} is not supported over MCP: send the user's own key or token")
-    return token.principals
+    return Identity(token.subject or token.client_id, token.principals)
 
 
 def create_mcp_http_app(
@@ -97,7 +98,7 @@ def create_mcp_http_app(
     """
     auth = AuthSettings(issuer_url=_UNPUBLISHED_ISSUER, resource_server_url=None)
     server = MCPServer(name=SERVER_NAME, instructions=INSTRUCTIONS, token_verifier=CallerTokenVerifier(settings), auth=auth)
-    add_retrieval_tools(server, service, request_principals, federated)
+    add_retrieval_tools(server, service, request_identity, federated, audit=audit_log(settings))
     security = None if host else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     return server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,
                                       transport_security=security, host=host or "")

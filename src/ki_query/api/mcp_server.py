@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError
 
 from ki_core.models import RelationKind
 from ki_query.federation.search import FederatedSearch, FederatedSearchOnFirstUse
+from ki_query.audit import AuditAction, AuditLog, Surface, record, shown_documents
 from ki_query.identity import Identity
 from ki_query.api.refusals import REFUSALS, refusal_reason
 from ki_query.reading import DEFAULT_TEXT_CHARS, TextRequest
@@ -34,18 +35,20 @@ INSTRUCTIONS = (
     "`ask` puts the statutes (law, §, Absatz) next to the firm's documents in one ranked list."
 )
 
-# The principals one tool call acts for; raises rather than return a default.
-PrincipalsOf = Callable[[Context], tuple[str, ...]]
+# Whom one tool call acts for; raises rather than return a default.
+IdentityOf = Callable[[Context], Identity]
 
 
 def create_mcp_server(
     service: Callable[[], RetrievalService],
     identity: Identity,
     federated: Callable[[], FederatedSearch] | None = None,
+    *,
+    audit: AuditLog,
 ) -> MCPServer:
     """The stdio server: every call acts for the one identity resolved at start-up."""
     server = MCPServer(name=SERVER_NAME, instructions=INSTRUCTIONS)
-    return add_retrieval_tools(server, service, lambda _ctx: identity.principals, federated)
+    return add_retrieval_tools(server, service, lambda _ctx: identity, federated, audit=audit)
 
 
 def refusals_as_tool_errors(tool: Callable) -> Callable:
@@ -68,8 +71,10 @@ def refusals_as_tool_errors(tool: Callable) -> Callable:
 def add_retrieval_tools(
     server: MCPServer,
     service: Callable[[], RetrievalService],
-    principals_of: PrincipalsOf,
+    identity_of: IdentityOf,
     federated: Callable[[], FederatedSearch] | None = None,
+    *,
+    audit: AuditLog,
 ) -> MCPServer:
     """The tools, defined once for every transport. `ctx` is injected by the SDK and is not a tool argument.
 
@@ -83,7 +88,11 @@ def add_retrieval_tools(
                explain: bool = False, *, ctx: Context) -> dict:
         """Hybrid search. filters: project_id, matter_id, doc_type, version_status, language, date_from, date_to, clause_type, chunk_kind."""
         request = SearchRequest(query=query, filters=parse_filters(filters), offset=offset, limit=limit, explain=explain)
-        return service().search(request, principals_of(ctx)).model_dump(mode="json")
+        who = identity_of(ctx)
+        answer = service().search(request, who.principals)
+        record(audit, who, Surface.MCP, AuditAction.SEARCH, query=query, hit_count=len(answer.hits),
+               document_ids=shown_documents(answer.hits))
+        return answer.model_dump(mode="json")
 
     @server.tool()
     @refusals_as_tool_errors
@@ -91,26 +100,39 @@ def add_retrieval_tools(
             limit: Annotated[int, Field(gt=0, le=100)] = 8, explain: bool = False, *, ctx: Context) -> dict:
         """Statutes and other registered corpora beside the firm's documents, one ranked list: each hit names its
         corpus, address (law, §, Absatz, or the firm document), kinds and score. corpora: only these ids ("firm")."""
-        answer = federated().ask(question, principals_of(ctx), corpora=corpora, top_k=limit, explain=explain)
+        who = identity_of(ctx)
+        answer = federated().ask(question, who.principals, corpora=corpora, top_k=limit, explain=explain)
+        record(audit, who, Surface.MCP, AuditAction.ASK, query=question, hit_count=len(answer.hits),
+               document_ids=shown_documents(answer.hits))
         return answer.model_dump(mode="json")
 
     @server.tool()
     @refusals_as_tool_errors
     def search_filter(filters: dict[str, Any] | None = None, offset: int = 0, limit: int = 10, *, ctx: Context) -> dict:
         """Documents matching metadata filters only, newest first (no query text)."""
-        return service().search_filter(parse_filters(filters), principals_of(ctx), offset, limit).model_dump(mode="json")
+        who, parsed = identity_of(ctx), parse_filters(filters)
+        answer = service().search_filter(parsed, who.principals, offset, limit)
+        record(audit, who, Surface.MCP, AuditAction.SEARCH_FILTER, query=parsed.model_dump_json(exclude_defaults=True),
+               hit_count=len(answer.hits), document_ids=shown_documents(answer.hits))
+        return answer.model_dump(mode="json")
 
     @server.tool()
     @refusals_as_tool_errors
     def search_decisions(query: QueryText, limit: int = 10, *, ctx: Context) -> list[dict]:
         """Decision records (what changed and why) whose evidence the caller may see in full."""
-        return [hit.model_dump(mode="json") for hit in service().search_decisions(query, principals_of(ctx), limit)]
+        who = identity_of(ctx)
+        hits = service().search_decisions(query, who.principals, limit)
+        record(audit, who, Surface.MCP, AuditAction.SEARCH_DECISIONS, query=query, hit_count=len(hits))
+        return [hit.model_dump(mode="json") for hit in hits]
 
     @server.tool()
     @refusals_as_tool_errors
     def get_document(document_id: RecordId, *, ctx: Context) -> dict:
         """A document with its visible versions and citable sources."""
-        return service().get_document(document_id, principals_of(ctx)).model_dump(mode="json")
+        who = identity_of(ctx)
+        view = service().get_document(document_id, who.principals)
+        record(audit, who, Surface.MCP, AuditAction.READ, document_id=view.document.id)
+        return view.model_dump(mode="json")
 
     @server.tool()
     @refusals_as_tool_errors
@@ -119,27 +141,32 @@ def add_retrieval_tools(
         """The text of a visible document version (default: the version a citation names), from offset for limit
         characters (at most 100,000), or one section ("§ 6", "page:3"; see `sections`). Returns text, offset,
         total_chars, next_offset (read on from there), sections and the German citation to quote it by."""
+        who = identity_of(ctx)
         request = TextRequest(version=version, offset=offset, limit=limit, section=section)
-        return service().read_text(document_id, request, principals_of(ctx)).model_dump(mode="json")
+        text = service().read_text(document_id, request, who.principals)
+        record(audit, who, Surface.MCP, AuditAction.TEXT, document_id=text.document_id, detail=text.version_id)
+        return text.model_dump(mode="json")
 
     @server.tool()
     @refusals_as_tool_errors
     def traverse(document_id: RecordId, kinds: list[str] | None = None, depth: int = 1, *, ctx: Context) -> dict:
         """Follow relations (supersedes, annex_of, responds_to, references, thread) from a document."""
-        return service().traverse(document_id, principals_of(ctx), _kinds(kinds), depth).model_dump(mode="json")
+        return service().traverse(document_id, identity_of(ctx).principals, _kinds(kinds), depth).model_dump(mode="json")
 
     @server.tool()
     @refusals_as_tool_errors
     def related_documents(document_id: RecordId, kinds: list[str] | None = None, *, ctx: Context) -> list[dict]:
         """Documents directly related to one document, each authorization-checked."""
-        related = service().related_documents(document_id, principals_of(ctx), _kinds(kinds))
+        who = identity_of(ctx)
+        related = service().related_documents(document_id, who.principals, _kinds(kinds))
+        record(audit, who, Surface.MCP, AuditAction.RELATED, document_id=document_id, hit_count=len(related))
         return [item.model_dump(mode="json") for item in related]
 
     @server.tool()
     @refusals_as_tool_errors
     def add_decision(decision: dict[str, Any], *, ctx: Context) -> dict:
         """Record a decision (locus, change_summary, rationale, evidence); the caller must see all evidence."""
-        return service().add_decision(NewDecision.model_validate(decision), principals_of(ctx)).model_dump(mode="json")
+        return service().add_decision(NewDecision.model_validate(decision), identity_of(ctx).principals).model_dump(mode="json")
 
     return server
 

@@ -13,6 +13,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from ki_core.embedding import EmbedderBusy
 from ki_core.llm import GatewayError
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
+from ki_query.audit import AuditUnavailable
 from ki_query.federation.errors import EmptyQuestion, UnknownCorpus
 from ki_query.identity import Forbidden, Unauthenticated
 from ki_query.reading import OriginalUnavailable, TextRangeRefused
@@ -48,6 +49,7 @@ REFUSAL_STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (EmbedderBusy, 503),
     (QueryOverBudget, 503),
     (IndexMappingMismatch, 503),
+    (AuditUnavailable, 503),
     *((database_error, 503) for database_error in DATABASE_UNAVAILABLE),
 )
 REFUSALS = tuple(exc_type for exc_type, _status in REFUSAL_STATUS)

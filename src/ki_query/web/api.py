@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from ki_query.audit import SURFACE_HEADER, Surface
 from ki_query.web.credentials import WebCaller
 
 class ApiRefusal(Exception):
@@ -43,7 +44,8 @@ class QueryApi:
 
     async def _send(self, caller: WebCaller, method: str, path: str, **kwargs: Any) -> httpx.Response:
         # Straight to the transport: an httpx client would log every in-process call as an HTTP request.
-        request = httpx.Request(method, f"http://ki-query{path}", headers=caller.authorization, **kwargs)
+        headers = caller.authorization | {SURFACE_HEADER: Surface.WEB.value}
+        request = httpx.Request(method, f"http://ki-query{path}", headers=headers, **kwargs)
         response = await self._transport.handle_async_request(request)
         await response.aread()
         if response.status_code >= 400:

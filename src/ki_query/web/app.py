@@ -5,7 +5,7 @@ No `from __future__ import annotations`: FastAPI reads the handlers' annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ki_core.config import Settings
 from ki_core.grants import UnknownTarget
 from ki_query.retrieval import RetrievalService
-from ki_query.web import catalog, operations, reading
+from ki_query.web import catalog, oidc, operations, reading
 from ki_query.web.api import ApiRefusal, QueryApi
 from ki_query.web.credentials import (
     CrossSiteRequest,
@@ -36,8 +36,9 @@ from ki_query.web.text import LANGUAGE_COOKIE, LANGUAGES
 
 # A sign-in or redrive form is a few hundred bytes; anything much larger is not ours.
 MAX_FORM_BYTES = 16_384
+CONTENT_SECURITY_POLICY = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     # A signed-out browser's back button must not show a page of hits again.
@@ -65,15 +66,25 @@ def create_web_app(
     app = FastAPI(title="LegalMemory knowledge index: web", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     web.register(app)
-    app.middleware("http")(_security_headers)
+    app.middleware("http")(_security_headers(settings))
     return app
 
 
-async def _security_headers(request: Request, call_next) -> Response:
-    response = await call_next(request)
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
-    return response
+def _security_headers(settings: Settings) -> Callable:
+    """The headers of every page. Sign-out posts a form that redirects to the directory's logout,
+    and a browser checks form-action along the redirects: the issuer's origin is allowed there too."""
+    headers = dict(SECURITY_HEADERS)
+    if oidc.configured(settings) is not None and settings.security.jwt is not None:
+        issuer = urlsplit(settings.security.jwt.issuer)
+        headers["Content-Security-Policy"] = f"{CONTENT_SECURITY_POLICY} {issuer.scheme}://{issuer.netloc}"
+
+    async def add(request: Request, call_next) -> Response:
+        response = await call_next(request)
+        for name, value in headers.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    return add
 
 
 class WebPages:
@@ -87,12 +98,13 @@ class WebPages:
     def register(self, app: FastAPI) -> None:
         routes: list[tuple[str, Callable, str]] = [
             ("/", self.home, "GET"), ("/signin", self.signin_page, "GET"), ("/signin", self.signin, "POST"),
+            ("/signin/oidc", self.signin_oidc, "GET"), (oidc.CALLBACK_PATH, self.signin_callback, "GET"),
             ("/signout", self.signout, "POST"), ("/language/{code}", self.language, "GET"),
             ("/search", self.search, "GET"), ("/documents/{document_id}", self.document, "GET"),
             ("/documents/{document_id}/text", self.document_text, "GET"),
             ("/documents/{document_id}/original", self.document_original, "GET"),
             ("/statutes/{corpus_id}/{container}/{section}", self.statute, "GET"),
-            ("/ask", self.ask, "GET"), ("/operations", self.operations_page, "GET"),
+            ("/ask", self.ask, "GET"), ("/operations", self.operations_page, "GET"), ("/audit", self.audit_page, "GET"),
             ("/operations/events/{row_id}/redrive", self.redrive_event, "POST"),
         ]
         for path, handler, method in routes:
@@ -113,15 +125,41 @@ class WebPages:
         try:
             signed_in(self.settings, request)
         except SignInRequired:
-            return self.pages.render(request, "signin.html")
+            return self.pages.render(request, "signin.html", directory=oidc.configured(self.settings) is not None)
         return RedirectResponse("/search", status_code=303)
+
+    async def signin_oidc(self, request: Request) -> Response:
+        if oidc.configured(self.settings) is None:
+            raise StarletteHTTPException(404, "sign-in through a directory is not configured (security.oidc)")
+        return await run_in_threadpool(oidc.begin, self.settings, request, RedirectResponse)
+
+    async def signin_callback(self, request: Request) -> Response:
+        """The directory's answer: a signed-in page that moves on to the search by itself.
+
+        Not a redirect: a SameSite=Strict cookie set in a navigation that started at another
+        site would not be sent on the redirect's request; the page's own move is same-site.
+        """
+        if oidc.configured(self.settings) is None:
+            raise StarletteHTTPException(404, "sign-in through a directory is not configured (security.oidc)")
+        try:
+            tokens = await oidc.finish(self.settings, request)
+        except oidc.SignInFailed as exc:
+            return self.pages.render(request, "signin.html", status_code=401, error=str(exc), directory=True)
+        problem = refusal(self.settings, tokens.access_token)
+        if problem is not None:
+            return self.pages.render(request, "signin.html", status_code=401, error=problem, directory=True)
+        response = self.pages.render(request, "signed_in.html")
+        remember(response, request, tokens.access_token, max_age=tokens.expires_in)
+        oidc.remember_id_token(response, request, tokens)
+        return response
 
     async def signin(self, request: Request) -> Response:
         check_same_origin(request)
         credential = (await _form(request)).get("credential", "").strip()
         problem = refusal(self.settings, credential)
         if problem is not None:
-            return self.pages.render(request, "signin.html", status_code=401, error=problem)
+            return self.pages.render(request, "signin.html", status_code=401, error=problem,
+                                     directory=oidc.configured(self.settings) is not None)
         response = RedirectResponse("/search", status_code=303)
         remember(response, request, credential)
         return response
@@ -132,8 +170,10 @@ class WebPages:
             check_csrf(signed_in(self.settings, request), form.get("csrf"))
         except SignInRequired:
             pass  # nothing valid to sign out of: clearing the cookie is all there is to do
-        response = RedirectResponse("/signin", status_code=303)
+        directory_logout = await run_in_threadpool(oidc.logout_url, self.settings, request)
+        response = RedirectResponse(directory_logout or "/signin", status_code=303)
         forget(response, request)
+        oidc.forget_id_token(response)
         return response
 
     async def language(self, request: Request, code: str) -> Response:
@@ -210,6 +250,13 @@ class WebPages:
         facts = await run_in_threadpool(self._overview)
         return self._render(request, "operations.html", caller, is_admin, facts=facts, can_redrive=self.redrive is not None,
                             flower_url=self.flower_url, note=request.query_params.get("note", ""))
+
+    async def audit_page(self, request: Request) -> Response:
+        """The newest audit records, from the API's admin-only route (its 403 is this page's)."""
+        caller, is_admin = await self._caller(request)
+        where = {k: v.strip() for k, v in request.query_params.items() if k in ("user", "document") and v.strip()}
+        entries = await self.api.get(caller, "/v1/audit", params=where)
+        return self._render(request, "audit.html", caller, is_admin, entries=entries, where=where)
 
     async def redrive_event(self, request: Request, row_id: str) -> Response:
         caller, is_admin = await self._caller(request)

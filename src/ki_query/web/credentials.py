@@ -93,9 +93,10 @@ def check_same_origin(request: Request) -> None:
         raise CrossSiteRequest(f"a form from {origin} may not be sent here")
 
 
-def remember(response: Response, request: Request, credential: str) -> None:
-    """A session cookie (no Max-Age): gone when the browser closes, or at sign-out."""
-    response.set_cookie(CREDENTIAL_COOKIE, credential, httponly=True, samesite="strict",
+def remember(response: Response, request: Request, credential: str, max_age: int | None = None) -> None:
+    """A session cookie: gone when the browser closes, at sign-out, or after `max_age` seconds
+    (a directory token's remaining life: the session ends with the token)."""
+    response.set_cookie(CREDENTIAL_COOKIE, credential, httponly=True, samesite="strict", max_age=max_age,
                         secure=request.url.scheme == "https", path="/")
 
 

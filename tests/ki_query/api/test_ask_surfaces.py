@@ -31,6 +31,7 @@ from ki_query.api.http import create_query_app
 from ki_query.identity import Identity
 from ki_query.api.mcp_http import MCP_PATH
 from ki_query.api.mcp_server import create_mcp_server
+from ki_query.audit import audit_log
 from ki_query.retrieval import RetrievalService, retrieval_service_from_settings
 from tests.ki_query.credentials import (
     ANNA_KEY,
@@ -108,7 +109,8 @@ def _answer_over_mcp(served: Served, key: str, arguments: dict = ASK) -> dict:
 
 
 def _answer_over_stdio(served: Served, principals: tuple[str, ...], arguments: dict = ASK):
-    server = create_mcp_server(lambda: served.service, Identity("stdio", principals), served.federated)
+    server = create_mcp_server(lambda: served.service, Identity("stdio", principals), served.federated,
+                               audit=audit_log(served.service.settings))
 
     async def run():
         async with Client(server) as client:

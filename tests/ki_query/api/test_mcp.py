@@ -9,6 +9,7 @@ from mcp.client.client import Client
 
 from ki_query.identity import Identity
 from ki_query.api.mcp_server import create_mcp_server
+from ki_query.audit import audit_log
 from tests.ki_query.retrieval_fixtures import MEMBER, FolderWorld, folder_world  # noqa: F401
 
 TOOLS = {"search", "ask", "search_filter", "search_decisions", "get_document", "traverse", "related_documents",
@@ -17,7 +18,7 @@ TOOLS = {"search", "ask", "search_filter", "search_decisions", "get_document", "
 
 def _call(world: FolderWorld, principals: tuple[str, ...], tool: str, arguments: dict):
     service, _, _ = world.service()
-    server = create_mcp_server(lambda: service, Identity("test", principals))
+    server = create_mcp_server(lambda: service, Identity("test", principals), audit=audit_log(world.ctx.settings))
 
     async def run():
         async with Client(server) as client:

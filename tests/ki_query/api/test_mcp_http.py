@@ -29,6 +29,7 @@ from ki_query.api.http import create_query_app
 from ki_query.identity import Identity
 from ki_query.api.mcp_http import MCP_PATH
 from ki_query.api.mcp_server import create_mcp_server
+from ki_query.audit import audit_log
 from tests.ki_query.credentials import (
     ANNA_KEY,
     FRONTEND_KEY,
@@ -203,7 +204,7 @@ def test_the_tools_are_those_of_stdio(served: Served) -> None:
         return {tool.name: (tool.description, tool.input_schema) for tool in (await client.list_tools()).tools}
 
     over_http = _session(served.url, ANNA_KEY, listed)
-    stdio_server = create_mcp_server(lambda: None, Identity("test", (MEMBER,)))
+    stdio_server = create_mcp_server(lambda: None, Identity("test", (MEMBER,)), audit=audit_log(served.world.ctx.settings))
 
     async def in_process():
         async with Client(stdio_server) as client:

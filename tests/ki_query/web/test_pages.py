@@ -217,6 +217,25 @@ def test_an_admin_sees_the_operations_page_and_a_lawyer_gets_403(browser, server
         screenshot(page, artifacts, "09-operations-403")
 
 
+def test_an_admin_sees_who_read_what_and_a_lawyer_gets_403(browser, server, artifacts) -> None:
+    document_id = walled_document_id(server)
+    with browsing(browser, server, ANNA) as page:
+        assert page.goto(f"/documents/{document_id}").status == 200
+    with browsing(browser, server, ADMIN) as page:
+        page.click("#nav-audit")
+        page.fill("#audit-document", document_id)
+        page.press("#audit-document", "Enter")
+        page.wait_for_selector("#audit-records")
+        # The newest rows also list the admin's own start page (a filter listing that showed the document).
+        read = page.locator("#audit-records tbody tr[data-action=read]").first
+        assert "key:anna" in read.inner_text() and "web" in read.inner_text() and document_id in read.inner_text()
+        screenshot(page, artifacts, "10-audit")
+    with browsing(browser, server, TOM) as page:
+        assert page.locator("#nav-audit").count() == 0
+        assert page.goto("/audit").status == 403
+        assert page.locator("#audit-records").count() == 0
+
+
 def test_an_admin_redrives_a_parked_event_and_sees_its_outcome(browser, server) -> None:
     with browsing(browser, server, ADMIN) as page:
         page.goto("/operations")
