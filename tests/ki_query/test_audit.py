@@ -48,6 +48,20 @@ def test_a_read_by_one_user_appears_with_the_document_id(client: TestClient, fol
     assert newest["principals"] == ["anna"]
 
 
+def test_reading_a_documents_text_and_original_is_recorded_with_its_version(
+    client: TestClient, folder_world  # noqa: F811
+) -> None:
+    document_id = folder_world.documents["mietvertrag"].id
+    text = client.get(f"/v1/documents/{document_id}/text", headers={"X-API-Key": ANNA_KEY})
+    assert text.status_code == 200
+    original = client.get(f"/v1/documents/{document_id}/original", headers={"X-API-Key": ANNA_KEY})
+    assert original.status_code == 200
+    newest, before = _trail(client, document=document_id, user="key:anna", limit=2)
+    assert (newest["action"], newest["surface"]) == ("original", "http")
+    assert (before["action"], before["detail"]) == ("text", text.json()["version_id"])
+    assert text.json()["text"][:40] not in repr([newest, before])
+
+
 def test_a_search_records_query_hits_and_shown_documents_but_no_text(client: TestClient) -> None:
     answer = client.post("/v1/search", json={"query": QUERY, "limit": 5}, headers={"X-API-Key": ANNA_KEY}).json()
     assert answer["hits"]
