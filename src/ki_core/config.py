@@ -295,6 +295,17 @@ class IngestSettings(_Section):
     helper_processes: int = Field(default=1, ge=0, le=1)
 
 
+class FlowerSettings(_Section):
+    """The Celery monitor (Procfile `flower`, started by `python -m ki.flower`): it shows task
+    arguments and can revoke tasks and shut workers down, so it never runs without a password."""
+
+    # "user:password" (several separated by commas), Flower's --basic-auth; no default on purpose.
+    basic_auth: SecretStr | None = None
+    # Loopback unless configured: reach it through an SSH tunnel or a reverse proxy.
+    address: str = "127.0.0.1"
+    port: int = Field(default=5555, gt=0, lt=65536)
+
+
 class Settings(BaseSettings):
     """The effective configuration of one process."""
 
@@ -317,6 +328,7 @@ class Settings(BaseSettings):
     dms: DmsSettings = Field(default_factory=DmsSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    flower: FlowerSettings = Field(default_factory=FlowerSettings)
 
     @classmethod
     def settings_customise_sources(

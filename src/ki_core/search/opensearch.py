@@ -410,13 +410,17 @@ def bulk_lines(operations: Iterable[BulkOperation]) -> list[dict[str, Any]]:
 
 
 def bulk_failures(response: dict[str, Any]) -> dict[int, str]:
-    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure."""
+    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure, and neither
+    is an access update of a chunk not (yet, or no longer) in the index: the write that brings it
+    reads the access fields from SQL then, and a removed one needs none."""
     if not response.get("errors"):
         return {}
     failed: dict[int, str] = {}
     for item in response["items"]:
-        ((_, result),) = item.items()
+        ((action, result),) = item.items()
         error = result.get("error")
+        if action == "update" and isinstance(error, dict) and error.get("type") == "document_missing_exception":
+            continue
         if error:
             reason = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
             failed[int(result["_id"])] = reason
