@@ -157,6 +157,9 @@ class OpenSearchSettings(_Section):
     verify_certs: bool = True
     ca_certs: str | None = None
     timeout_seconds: float = Field(default=10.0, gt=0)
+    # A search (multi-search, filter listing) gives up after this long: a hung or stopped node answers
+    # the caller 503 within 2 s instead of holding it (timeout_seconds is for writes and upkeep).
+    query_timeout_seconds: float = Field(default=1.5, gt=0)
     max_retries: int = Field(default=3, ge=0)
     number_of_shards: int = Field(default=1, gt=0)
     number_of_replicas: int = Field(default=1, ge=0)

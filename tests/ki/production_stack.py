@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -70,12 +70,17 @@ class PrivateRedis:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)],
-            stdout=(self.workdir / "redis.log").open("ab"), stderr=subprocess.STDOUT,
-        )
-        wait_for(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True, 20, "redis up")
+        with (self.workdir / "redis.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(self.workdir)],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+        wait_for(self._answers, 20, f"redis on port {self.port}")
+
+    def _answers(self) -> bool:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+            return True
 
     def stop(self) -> None:
         """SIGKILL: what a crash does; without persistence every queued message is gone."""
@@ -121,11 +126,14 @@ class PrivateOpenSearch:
 
 @dataclass
 class Stack:
-    """`ki init`, then `honcho start` of every long-running Procfile line, with one environment."""
+    """`make production` (deploy/production.sh: `ki init`, then honcho with every long-running Procfile line)."""
 
     workdir: Path
     env: dict[str, str]
-    ports: dict[str, int] = field(default_factory=dict)
+    ports: dict[str, int]
+    redis: PrivateRedis
+    opensearch: PrivateOpenSearch | None
+    procfile: Path = ROOT / "Procfile"
     process: subprocess.Popen | None = None
     starts: int = 0
 
@@ -141,21 +149,17 @@ class Stack:
     def flower(self) -> str:
         return f"http://127.0.0.1:{self.ports['flower']}"
 
-    def init(self) -> None:
-        done = subprocess.run([str(Path(sys.executable).parent / "ki"), "init"], env=self.env, cwd=self.workdir,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stdout + done.stderr
-
     def start(self) -> None:
         self.starts += 1
         log = (self.workdir / f"honcho-{self.starts}.log").open("w")
-        self.process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "honcho"), "start", "-f", str(ROOT / "Procfile"), "-d", str(self.workdir),
-             *procfile_processes()],
-            env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        env = {**self.env, "VENV": str(Path(sys.executable).parents[1]), "PROCFILE": str(self.procfile)}
+        self.process = subprocess.Popen(["bash", str(ROOT / "deploy" / "production.sh")], env=env, cwd=self.workdir,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        wait_for(self._ready, 180, f"every process up\n{self.logs()}", interval=1.0)
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        wait_for(self._ready, 240, f"every process up\n{self.logs()}", interval=1.0)
 
     def _ready(self) -> bool:
         if self.process.poll() is not None:
@@ -168,7 +172,8 @@ class Stack:
         return len(workers) == sum(1 for name in procfile_processes() if name.endswith("worker"))
 
     def pids(self) -> dict[str, int]:
-        """Procfile name -> pid, from honcho's "<name>.1 started (pid=N)" lines of this start."""
+        """Procfile name -> pid, from honcho's "<name>.1 started (pid=N)" lines of this start (the last ones:
+        production.sh starts them all again when one exited)."""
         text = (self.workdir / f"honcho-{self.starts}.log").read_text(errors="replace")
         return {name: int(pid) for name, pid in re.findall(r"\| ([a-z-]+)\.1 started \(pid=(\d+)\)", text)}
 
@@ -197,7 +202,8 @@ class Stack:
 
     def deliver(self, data: dict) -> None:
         """Until acknowledged, as a DMS re-sends what got no 2xx."""
-        for _ in range(100):
+        deadline = time.monotonic() + 240  # the ingress may be starting again (production.sh)
+        while time.monotonic() < deadline:
             try:
                 if self.webhook(data) in (200, 202):
                     return

@@ -16,7 +16,10 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +42,8 @@ from tests.ki.production_stack import (
     procfile_processes,
     wait_for,
 )
+from tests.conftest import service_unavailable
+from tests.ki_core.search.opensearch_cluster import distribution_home
 from tests.ki_workers.dms_support import SECRET, acl_changed, content_server, envelope, upserted
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
@@ -79,27 +84,32 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def stack(committed_pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("production")
+def stack(committed_pg_url: str) -> Iterator[Stack]:
+    # Not under pytest's tmp dir (mode 0700): the OpenSearch node's own user must be able to enter it.
+    if shutil.which("redis-server") is None or distribution_home() is None:
+        service_unavailable("a redis-server binary and an unpacked OpenSearch distribution (make services)", "not found")
+    workdir = Path(tempfile.mkdtemp(prefix="ki-production-"))
     os.chmod(workdir, 0o755)
     redis = PrivateRedis(workdir / "redis")
     search = PrivateOpenSearch(workdir / "opensearch")
-    redis.start()
-    search.start()
-    with content_server() as server:
-        ports = {"api": free_port(), "ingress": free_port(), "flower": free_port()}
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KI_")}
-        env.update(production_env(committed_pg_url, redis.url, search.url, server.base_url, ports, workdir))
-        running = Stack(workdir, env, ports)
-        running.redis, running.opensearch = redis, search  # type: ignore[attr-defined]
-        try:
-            running.init()
+    running = None
+    try:
+        redis.start()
+        search.start()
+        with content_server() as server:
+            ports = {"api": free_port(), "ingress": free_port(), "flower": free_port()}
+            env = {k: v for k, v in os.environ.items() if not k.startswith("KI_")}
+            env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the Procfile's commands
+            env.update(production_env(committed_pg_url, redis.url, search.url, server.base_url, ports, workdir))
+            running = Stack(workdir, env, ports, redis=redis, opensearch=search)
             running.start()
             yield running
-        finally:
+    finally:
+        if running is not None:
             running.kill()
-            search.stop()
-            redis.stop()
+        search.stop()
+        redis.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def production_env(database: str, broker: str, opensearch: str, content: str, ports: dict[str, int], workdir: Path) -> dict:
@@ -169,7 +179,7 @@ def document_keys(url: str) -> dict[str, str]:
 
 def seen_by(stack: Stack, url: str, user: str) -> set[str]:
     response = stack.search(user)
-    assert response.status_code == 200, response.text
+    assert response.status_code == 200, f"{response.text}\n{stack.logs()}"
     keys = document_keys(url)
     return {keys[hit["document_id"]] for hit in response.json()["hits"]}
 
@@ -199,11 +209,23 @@ def succeeded_per_queue(stack: Stack) -> dict[str, int]:
 
 
 def pool_child(stack: Stack, name: str) -> int:
-    """A prefork child of the Procfile process `name`: the process that runs its tasks."""
-    parent = stack.pids()[name]
-    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-    assert children, f"{name} has no pool process"
-    return int(children[0])
+    """A prefork child of the Procfile process `name`: the process that runs its tasks.
+
+    honcho's pid may be the shell that runs the line, so the pool's processes are the leaves
+    of its process tree (killing the worker's main process would make honcho stop everything)."""
+
+    def children(pid: int) -> list[int]:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+    leaves, todo = [], [stack.pids()[name]]
+    while todo:
+        pid = todo.pop()
+        below = children(pid)
+        todo.extend(below)
+        if not below and pid != stack.pids()[name]:
+            leaves.append(pid)
+    assert leaves, f"{name} has no pool process"
+    return leaves[0]
 
 
 def burst(world: World, n: int, prefix: str) -> list[dict]:
@@ -241,9 +263,11 @@ def test_every_procfile_process_runs_and_no_accepted_event_is_lost(stack: Stack,
     # Flower sees the tasks succeed on every queue; /metrics counts moved.
     per_queue = wait_for(lambda: (c := succeeded_per_queue(stack)) and len(c) == 4 and c, 60, "tasks on each queue")
     metrics_after = stack.metrics()
-    assert metric(metrics_after, "ki_webhook_requests_total", outcome="accepted") >= \
-        metric(metrics_before, "ki_webhook_requests_total", outcome="accepted") + len(first)
+    assert metric(metrics_after, "ki_webhook_requests_total", outcome="202") >= \
+        metric(metrics_before, "ki_webhook_requests_total", outcome="202") + len(first)
     assert metric(metrics_after, "ki_events", status="done") >= len(first)
+    assert metric(metrics_after, "ki_task_runs_total", task="ki.reindex_access", state="SUCCESS") > \
+        metric(metrics_before, "ki_task_runs_total", task="ki.reindex_access", state="SUCCESS")
 
     # A worker's pool process killed with SIGKILL in the middle of a burst.
     events = burst(world, 24, "KILL")
@@ -262,6 +286,8 @@ def test_every_procfile_process_runs_and_no_accepted_event_is_lost(stack: Stack,
         stack.deliver(data)
     sent += events
     all_done(url, sent, stack)
+
+    stack.wait_ready()  # production.sh starts every process again if one exited on the restart
 
     # OpenSearch stopped during a burst: searches answer 503 quickly; the events wait and are applied.
     events = burst(world, 18, "SEARCH")

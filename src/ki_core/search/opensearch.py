@@ -93,7 +93,9 @@ def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
         ca_certs=settings.ca_certs,
         timeout=settings.timeout_seconds,
         max_retries=settings.max_retries,
-        retry_on_timeout=True,
+        # A refused connection is retried at once; a timeout is not: (max_retries + 1) x timeout kept
+        # a search from answering for 40 s while a node hung. A task's own retry covers writes.
+        retry_on_timeout=False,
         **transport,
     )
 
@@ -672,7 +674,8 @@ class OpenSearchIndex:
         legs = request.legs_to_send()
         if not legs:
             return MultiSearchResult(legs={})
-        response = self._call(self.client.msearch, body=msearch_lines(self.alias, request))
+        response = self._call(self.client.msearch, body=msearch_lines(self.alias, request),
+                              request_timeout=self.opensearch.query_timeout_seconds)
         results: dict[Leg, LegHits] = {}
         for leg, leg_response in zip(legs, response["responses"], strict=True):
             error = leg_error(leg, leg_response, self.alias)
@@ -691,7 +694,8 @@ class OpenSearchIndex:
         check_result_window(offset, size)
         body = filter_search_body(scope, filters, size, offset)
         response = self._call(
-            self.client.search, index=self.alias, body=body, params={"allow_partial_search_results": "false"}
+            self.client.search, index=self.alias, body=body, params={"allow_partial_search_results": "false"},
+            request_timeout=self.opensearch.query_timeout_seconds,
         )
         if (error := shard_failure("a filter-only listing", self.alias, response)) is not None:
             raise error
