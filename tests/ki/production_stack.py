@@ -185,9 +185,22 @@ class Stack:
         return time.monotonic() - started
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+        """Stop everything, also what a SIGKILLed honcho would leave behind (each of its processes
+        leads a process group of its own, with the worker's pool in it)."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            try:
+                self.terminate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+        for log in self.workdir.glob("honcho-*.log"):
+            for pid in re.findall(r"started \(pid=(\d+)\)", log.read_text(errors="replace")):
+                try:
+                    os.killpg(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def logs(self, chars: int = 6000) -> str:
         return "\n".join(p.read_text(errors="replace")[-chars:] for p in sorted(self.workdir.glob("honcho-*.log")))

@@ -86,6 +86,8 @@ class World:
 @pytest.fixture(scope="module")
 def stack(committed_pg_url: str) -> Iterator[Stack]:
     # Not under pytest's tmp dir (mode 0700): the OpenSearch node's own user must be able to enter it.
+    if distribution_home() is None and not os.environ.get("KI_TEST_OPENSEARCH_URL"):
+        pytest.skip("no OpenSearch in this run (KI_TEST_OPENSEARCH_URL unset, no distribution unpacked)")
     if shutil.which("redis-server") is None or distribution_home() is None:
         service_unavailable("a redis-server binary and an unpacked OpenSearch distribution (make services)", "not found")
     workdir = Path(tempfile.mkdtemp(prefix="ki-production-"))
@@ -109,6 +111,11 @@ def stack(committed_pg_url: str) -> Iterator[Stack]:
             running.kill()
         search.stop()
         redis.stop()
+        kept = Path(tempfile.gettempdir()) / "ki-production-logs"  # the last run's logs, for a failure's reader
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir()
+        for log in workdir.glob("honcho-*.log"):
+            shutil.copy(log, kept / log.name)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -177,8 +184,12 @@ def document_keys(url: str) -> dict[str, str]:
         engine.dispose()
 
 
-def seen_by(stack: Stack, url: str, user: str) -> set[str]:
+def seen_by(stack: Stack, url: str, user: str) -> set[str] | None:
+    """The objects `user`'s search shows; None on a 503 (a search slower than
+    search.opensearch.query_timeout_seconds on CI's busy cores), which a client retries."""
     response = stack.search(user)
+    if response.status_code == 503:
+        return None
     assert response.status_code == 200, f"{response.text}\n{stack.logs()}"
     keys = document_keys(url)
     return {keys[hit["document_id"]] for hit in response.json()["hits"]}
@@ -187,7 +198,8 @@ def seen_by(stack: Stack, url: str, user: str) -> set[str]:
 def the_wall_holds(stack: Stack, url: str, world: World) -> None:
     """Each user's search shows exactly the objects the last ACLs and memberships allow (SQL decides)."""
     for user in USERS:
-        assert seen_by(stack, url, user) == world.visible(user), user
+        answered = wait_for(lambda u=user: (seen := seen_by(stack, url, u)) is not None and [seen], 30, f"{user}'s search")
+        assert answered[0] == world.visible(user), user
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -266,8 +278,8 @@ def test_every_procfile_process_runs_and_no_accepted_event_is_lost(stack: Stack,
     assert metric(metrics_after, "ki_webhook_requests_total", outcome="202") >= \
         metric(metrics_before, "ki_webhook_requests_total", outcome="202") + len(first)
     assert metric(metrics_after, "ki_events", status="done") >= len(first)
-    assert metric(metrics_after, "ki_task_runs_total", task="ki.reindex_access", state="SUCCESS") > \
-        metric(metrics_before, "ki_task_runs_total", task="ki.reindex_access", state="SUCCESS")
+    assert metric(metrics_after, "ki_task_runs_total", task="ki.process_access_event", state="SUCCESS") > \
+        metric(metrics_before, "ki_task_runs_total", task="ki.process_access_event", state="SUCCESS")
 
     # A worker's pool process killed with SIGKILL in the middle of a burst.
     events = burst(world, 24, "KILL")
@@ -297,11 +309,14 @@ def test_every_procfile_process_runs_and_no_accepted_event_is_lost(stack: Stack,
         stack.deliver(data)
         if n % 3 == 0:
             started = time.monotonic()
-            response = stack.search(USERS[n % 2], timeout=10)
-            unavailable.append((response.status_code, time.monotonic() - started))
+            try:
+                status = stack.search(USERS[n % 2], timeout=10).status_code
+            except httpx.TimeoutException:
+                status = 0  # no answer at all: the assertion below names it with the logs
+            unavailable.append((status, round(time.monotonic() - started, 3)))
     sent += events
-    assert all(status == 503 for status, _ in unavailable), unavailable
-    assert max(seconds for _, seconds in unavailable) < UNAVAILABLE_WITHIN, unavailable
+    assert all(status == 503 for status, _ in unavailable), f"{unavailable}\n{stack.logs(20000)}"
+    assert max(seconds for _, seconds in unavailable) < UNAVAILABLE_WITHIN, f"{unavailable}\n{stack.logs(20000)}"
     stack.opensearch.start()
     all_done(url, sent, stack)
 

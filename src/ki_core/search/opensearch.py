@@ -79,6 +79,12 @@ _KEYWORD = {"type": "keyword"}
 _KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals")
 
 
+# opensearch-py logs every failed attempt as a WARNING with its traceback; our calls raise SearchBackendError
+# with the same detail. In the api process (MCP's rich log handler) rendering those took seconds per search
+# while a node was down, so a 503 came after 10 s instead of at once.
+logging.getLogger("opensearch").setLevel(logging.ERROR)
+
+
 def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
     """A client from search.opensearch; `transport` reaches the connection (tests record there)."""
     auth = None
