@@ -38,4 +38,4 @@ browser:
 	@echo "chromium: /usr/bin/chromium"
 
 clean:
-	rm -rf $(VENV) .ki .ki-demo .pytest_cache .hypothesis
+	rm -rf $(VENV) .ki .ki-demo .ki-production .pytest_cache .hypothesis
