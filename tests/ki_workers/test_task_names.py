@@ -48,3 +48,15 @@ def test_with_real_workers_on_the_embedded_index_every_index_write_goes_to_the_a
     assert embedded["ki.chunk_embed"] == {"queue": "ki.index"}
     opensearch = celery_config(Settings(broker={"eager": False}, search={"backend": "opensearch"}))["task_routes"]
     assert opensearch["ki.reconcile"] == {"queue": "ki.maintenance"}
+
+
+def test_a_broker_that_refuses_the_next_stage_is_a_transient_error_of_every_task():
+    """`.delay()` of a follow-up while Redis restarts raises kombu's OperationalError ("Error 111
+    connecting to ..."): the task retries, and an event that ran out of retries is redriven by the sweep."""
+    import kombu.exceptions
+
+    from ki_workers.event_inbox import is_transient
+
+    refused = kombu.exceptions.OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    for name in TASK_NAMES:
+        assert is_transient(app.tasks[name], refused), name
