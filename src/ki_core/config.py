@@ -203,6 +203,9 @@ class OpenSearchSettings(_Section):
     verify_certs: bool = True
     ca_certs: str | None = None
     timeout_seconds: float = Field(default=10.0, gt=0)
+    # A search (multi-search, filter listing) gives up after this long: a hung or stopped node answers
+    # the caller 503 within 2 s instead of holding it (timeout_seconds is for writes and upkeep).
+    query_timeout_seconds: float = Field(default=1.5, gt=0)
     max_retries: int = Field(default=3, ge=0)
     number_of_shards: int = Field(default=1, gt=0)
     number_of_replicas: int = Field(default=1, ge=0)
@@ -344,6 +347,17 @@ class IngestSettings(_Section):
     helper_processes: int = Field(default=1, ge=0, le=1)
 
 
+class FlowerSettings(_Section):
+    """The Celery monitor (Procfile `flower`, started by `python -m ki.flower`): it shows task
+    arguments and can revoke tasks and shut workers down, so it never runs without a password."""
+
+    # "user:password" (several separated by commas), Flower's --basic-auth; no default on purpose.
+    basic_auth: SecretStr | None = None
+    # Loopback unless configured: reach it through an SSH tunnel or a reverse proxy.
+    address: str = "127.0.0.1"
+    port: int = Field(default=5555, gt=0, lt=65536)
+
+
 class Settings(BaseSettings):
     """The effective configuration of one process."""
 
@@ -367,6 +381,7 @@ class Settings(BaseSettings):
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    flower: FlowerSettings = Field(default_factory=FlowerSettings)
 
     @classmethod
     def settings_customise_sources(

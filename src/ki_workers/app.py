@@ -31,12 +31,13 @@ EXTRACT_METADATA_MANY = "ki.extract_metadata_many"
 CHUNK_EMBED = "ki.chunk_embed"
 CHUNK_EMBED_MANY = "ki.chunk_embed_many"
 REINDEX_ACCESS = "ki.reindex_access"
+WRITE_INDEX = "ki.write_index"
 SWEEP = "ki.sweep"
 PROCESS_EVENT = "ki.process_event"
 PROCESS_ACCESS_EVENT = "ki.process_access_event"
 RECONCILE = "ki.reconcile"
 TASK_NAMES = (INGEST, INGEST_MANY, EXTRACT_METADATA, EXTRACT_METADATA_MANY, CHUNK_EMBED, CHUNK_EMBED_MANY,
-              REINDEX_ACCESS, SWEEP, PROCESS_EVENT, PROCESS_ACCESS_EVENT, RECONCILE)
+              REINDEX_ACCESS, WRITE_INDEX, SWEEP, PROCESS_EVENT, PROCESS_ACCESS_EVENT, RECONCILE)
 
 TASK_ROUTES = {
     INGEST: {"queue": QUEUE_INGEST},
@@ -48,6 +49,7 @@ TASK_ROUTES = {
     CHUNK_EMBED: {"queue": QUEUE_INDEX},
     CHUNK_EMBED_MANY: {"queue": QUEUE_INDEX},
     REINDEX_ACCESS: {"queue": QUEUE_ACCESS},
+    WRITE_INDEX: {"queue": QUEUE_ACCESS},
     SWEEP: {"queue": QUEUE_MAINTENANCE},
     RECONCILE: {"queue": QUEUE_MAINTENANCE},
 }
@@ -81,13 +83,28 @@ def celery_config(settings: Settings) -> dict:
         "accept_content": ["json"],
         "task_default_queue": QUEUE_INGEST,
         "task_queues": [Queue(q) for q in (QUEUE_INGEST, QUEUE_INDEX, QUEUE_ACCESS, QUEUE_MAINTENANCE)],
-        "task_routes": TASK_ROUTES,
+        "task_routes": task_routes(settings),
         "broker_transport_options": {"visibility_timeout": settings.broker.visibility_timeout_seconds},
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
         "enable_utc": True,
         "beat_schedule": beat_schedule(settings),
     }
+
+
+def index_writer_is_access_worker(settings: Settings) -> bool:
+    """The embedded index has one writer process (a flock). With real workers that is the access
+    worker: the embed worker only embeds and stores vectors in SQL, then sends `ki.write_index`
+    (a bulk write from the stored rows, milliseconds) to the access queue, and `ki.reconcile`
+    goes there too. So an ACL change waits at most behind a short write, never behind an
+    embedding batch. OpenSearch takes writes from every process; in-process (eager) runs are one."""
+    return settings.search.backend == "embedded" and not settings.broker.eager
+
+
+def task_routes(settings: Settings) -> dict:
+    if not index_writer_is_access_worker(settings):
+        return TASK_ROUTES
+    return {**TASK_ROUTES, RECONCILE: {"queue": QUEUE_ACCESS}}
 
 
 def beat_schedule(settings: Settings) -> dict:

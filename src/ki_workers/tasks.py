@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 import httpx
+import kombu.exceptions
 import redis.exceptions
 from celery import shared_task
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
@@ -30,6 +31,8 @@ from ki_workers.app import (
     REINDEX_ACCESS,
     RETRY_POLICY,
     SWEEP,
+    WRITE_INDEX,
+    index_writer_is_access_worker,
 )
 from ki_workers.context import worker_context
 from ki_workers.event_inbox import EventTask
@@ -42,6 +45,9 @@ TRANSIENT_ERRORS = (
     OperationalError,
     InterfaceError,
     redis.exceptions.ConnectionError,
+    # What `.delay()` of the next stage raises while the broker is away ("Error 111 connecting to ..."):
+    # an event that ends this way is retried and redriven like a database blip, never left failed.
+    kombu.exceptions.OperationalError,
     SearchBackendError,
     GatewayUnavailable,
     httpx.TransportError,
@@ -137,11 +143,24 @@ def _embed_and_index(version_ids: list[str]) -> int:
     from ki_workers.stages.embed_index import embed_versions, index_versions
 
     ctx = worker_context()
+    elsewhere = index_writer_is_access_worker(ctx.settings)
     chunks = 0
     for result in embed_versions(ctx, version_ids):  # each indexed as it is done (or waits for the shared write)
-        index_versions(ctx, [result.version_id], extra_deletes=result.removed_chunk_ids)
+        if elsewhere:
+            write_index.delay([result.version_id], list(result.removed_chunk_ids))
+        else:
+            index_versions(ctx, [result.version_id], extra_deletes=result.removed_chunk_ids)
         chunks += result.chunk_count
     return chunks
+
+
+@shared_task(name=WRITE_INDEX, **TASK_OPTIONS)
+def write_index(version_ids: list[str], removed_chunk_ids: list[int]) -> int:
+    """Phases 2 and 3 of chunk_embed in the embedded index's one writer (app.index_writer_is_access_worker)."""
+    from ki_workers.stages.embed_index import index_versions
+
+    index_versions(worker_context(), version_ids, extra_deletes=tuple(removed_chunk_ids))
+    return len(version_ids)
 
 
 @shared_task(name=REINDEX_ACCESS, **TASK_OPTIONS)

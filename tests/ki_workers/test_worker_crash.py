@@ -36,16 +36,17 @@ QUEUES = "ki.ingest,ki.index,ki.access,ki.maintenance"
 class Worker:
     """A worker subprocess that can be started again after it was killed."""
 
-    def __init__(self, env: dict[str, str], workdir: Path):
-        self.env, self.workdir = env, workdir
+    def __init__(self, env: dict[str, str], workdir: Path, queues: str = QUEUES, name: str = "worker"):
+        self.env, self.workdir, self.queues, self.name = env, workdir, queues, name
         self.process: subprocess.Popen | None = None
         self.starts = 0
 
     def start(self) -> None:
         self.starts += 1
-        log = open(self.workdir / f"worker-{self.starts}.log", "w")  # noqa: SIM115 - the child owns it
+        log = open(self.workdir / f"{self.name}-{self.starts}.log", "w")  # noqa: SIM115 - the child owns it
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "ki_workers.app", "worker", "--pool=solo", f"--queues={QUEUES}",
+            [sys.executable, "-m", "celery", "-A", "ki_workers.app", "worker", "--pool=solo", f"--queues={self.queues}",
+             f"--hostname={self.name}@%h",
              "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
         )
@@ -65,7 +66,7 @@ class Worker:
                 self.process.wait()
 
     def logs(self) -> str:
-        return "\n".join(p.read_text()[-3000:] for p in sorted(self.workdir.glob("worker-*.log")))
+        return "\n".join(p.read_text()[-3000:] for p in sorted(self.workdir.glob(f"{self.name}-*.log")))
 
 
 @pytest.fixture

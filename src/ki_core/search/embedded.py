@@ -158,11 +158,13 @@ def plan_commit(
 
 
 def _plan_access(plan: CommitPlan, projection: AccessProjection, exists: Callable[[int], bool]) -> None:
+    """A chunk not (yet, or no longer) in the index is skipped, as OpenSearch's document_missing is:
+    the write that brings it takes its access fields from SQL then."""
     for chunk_id in projection.chunk_ids:
         pending = plan.final.get(chunk_id, _ABSENT)
         if pending is None or (pending is _ABSENT and not exists(chunk_id)):
-            plan.failed[chunk_id] = "document_missing: chunk is not in the index"
-        elif pending is _ABSENT:
+            continue
+        if pending is _ABSENT:
             plan.access[chunk_id] = projection
         else:
             plan.final[chunk_id] = with_access(pending, projection)  # type: ignore[arg-type]

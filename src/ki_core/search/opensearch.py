@@ -86,6 +86,12 @@ _KEYWORD = {"type": "keyword"}
 _KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals")
 
 
+# opensearch-py logs every failed attempt as a WARNING with its traceback; our calls raise SearchBackendError
+# with the same detail. In the api process (MCP's rich log handler) rendering those took seconds per search
+# while a node was down, so a 503 came after 10 s instead of at once.
+logging.getLogger("opensearch").setLevel(logging.ERROR)
+
+
 def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
     """A client from search.opensearch; `transport` reaches the connection (tests record there)."""
     auth = None
@@ -100,7 +106,9 @@ def make_client(settings: OpenSearchSettings, **transport: Any) -> OpenSearch:
         ca_certs=settings.ca_certs,
         timeout=settings.timeout_seconds,
         max_retries=settings.max_retries,
-        retry_on_timeout=True,
+        # A refused connection is retried at once; a timeout is not: (max_retries + 1) x timeout kept
+        # a search from answering for 40 s while a node hung. A task's own retry covers writes.
+        retry_on_timeout=False,
         **transport,
     )
 
@@ -436,13 +444,17 @@ def bulk_lines(operations: Iterable[BulkOperation]) -> list[dict[str, Any]]:
 
 
 def bulk_failures(response: dict[str, Any]) -> dict[int, str]:
-    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure."""
+    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure, and neither
+    is an access update of a chunk not (yet, or no longer) in the index: the write that brings it
+    reads the access fields from SQL then, and a removed one needs none."""
     if not response.get("errors"):
         return {}
     failed: dict[int, str] = {}
     for item in response["items"]:
-        ((_, result),) = item.items()
+        ((action, result),) = item.items()
         error = result.get("error")
+        if action == "update" and isinstance(error, dict) and error.get("type") == "document_missing_exception":
+            continue
         if error:
             reason = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
             failed[int(result["_id"])] = reason
@@ -747,7 +759,8 @@ class OpenSearchIndex:
         if not legs:
             return MultiSearchResult(legs={})
         self._check_signature(writing=False)
-        response = self._call(self.client.msearch, body=msearch_lines(self.alias, request))
+        response = self._call(self.client.msearch, body=msearch_lines(self.alias, request),
+                              request_timeout=self.opensearch.query_timeout_seconds)
         results: dict[Leg, LegHits] = {}
         for leg, leg_response in zip(legs, response["responses"], strict=True):
             error = leg_error(leg, leg_response, self.alias)
@@ -770,6 +783,7 @@ class OpenSearchIndex:
         response = self._call(
             self.client.search, index=self.alias, body=body,
             params={"allow_partial_search_results": "false", "preference": preference},
+            request_timeout=self.opensearch.query_timeout_seconds,
         )  # fmt: skip
         if (error := shard_failure("a filter-only listing", self.alias, response)) is not None:
             raise error

@@ -98,7 +98,7 @@ class TwoNodeCluster:
 
     def stop_node(self, name: str) -> None:
         """Kill a node the way a crash would (no shard hand-off) and wait until the cluster knows."""
-        _kill(self.nodes.pop(name))
+        kill_node(self.nodes.pop(name))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             health = httpx.get(f"{self.url}/_cluster/health", timeout=5).json()
@@ -109,50 +109,21 @@ class TwoNodeCluster:
 
     def close(self) -> None:
         for node in self.nodes.values():
-            _kill(node)
+            kill_node(node)
         self.nodes.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _start_node(self, number: int) -> Node:
         name = f"node-{number}"
-        root = self.workdir / name
-        config = root / "config"
-        shutil.copytree(self.home / "config", config)
         seeds = ", ".join(f'"127.0.0.1:{port}"' for port in self.transport_ports)
-        (config / "opensearch.yml").write_text(
-            f"cluster.name: {self.cluster_name}\n"
-            f"node.name: {name}\n"
-            "network.host: 127.0.0.1\n"
-            f"http.port: {self.http_ports[number - 1]}\n"
-            f"transport.port: {self.transport_ports[number - 1]}\n"
+        settings = (
             f"discovery.seed_hosts: [{seeds}]\n"
             'cluster.initial_cluster_manager_nodes: ["node-1"]\n'
             # Only node-1 may manage the cluster: stopping node-2 leaves it running.
             + ("node.roles: [cluster_manager, data, ingest]\n" if number == 1 else "node.roles: [data, ingest]\n")
-            + f"path.data: {root / 'data'}\n"
-            f"path.logs: {root / 'logs'}\n"
-            "cluster.routing.allocation.disk.threshold_enabled: false\n"
-            "action.auto_create_index: false\n",
-            encoding="utf-8",
         )
-        (root / "data").mkdir()
-        (root / "logs").mkdir()
-        env = {
-            **os.environ,
-            "OPENSEARCH_PATH_CONF": str(config),
-            "OPENSEARCH_JAVA_OPTS": f"-Xms{HEAP} -Xmx{HEAP}",
-            "OPENSEARCH_JAVA_HOME": os.environ.get("KI_OPENSEARCH_JAVA_HOME") or _java_home(),
-        }
-        command = [str(self.home / "bin" / "opensearch")]
-        if os.geteuid() == 0:  # OpenSearch refuses to run as root
-            subprocess.run(["chown", "-R", RUN_AS, str(root)], check=True)
-            command = ["runuser", "-u", RUN_AS, "--", "env", *(f"{k}={env[k]}" for k in (
-                "OPENSEARCH_PATH_CONF", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_JAVA_HOME")), *command]
-        log = root / "stdout.log"
-        with log.open("wb") as out:
-            # A session of its own: the kill reaches the JVM behind runuser too.
-            process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        return Node(name, self.http_ports[number - 1], process, log)
+        return launch_node(self.home, self.workdir / name, self.cluster_name, name,
+                           (self.http_ports[number - 1], self.transport_ports[number - 1]), settings)
 
     def _fail_if_exited(self) -> None:
         for node in self.nodes.values():
@@ -161,7 +132,48 @@ class TwoNodeCluster:
                 raise RuntimeError(f"{node.name} exited with {node.process.returncode}:\n{tail}")
 
 
-def _kill(node: Node) -> None:
+def launch_node(home: Path, root: Path, cluster_name: str, name: str, ports: tuple[int, int],
+                extra_settings: str = "single-node", heap: str = HEAP) -> Node:
+    """Start one node of `cluster_name` in `root` (its own config, data and logs) on (http, transport) ports;
+    `extra_settings` is opensearch.yml text, or "single-node" for a cluster of one."""
+    config = root / "config"
+    shutil.copytree(home / "config", config, dirs_exist_ok=True)  # a restart reuses the node's directories
+    if extra_settings == "single-node":
+        extra_settings = "discovery.type: single-node\n"
+    (config / "opensearch.yml").write_text(
+        f"cluster.name: {cluster_name}\n"
+        f"node.name: {name}\n"
+        "network.host: 127.0.0.1\n"
+        f"http.port: {ports[0]}\n"
+        f"transport.port: {ports[1]}\n"
+        + extra_settings
+        + f"path.data: {root / 'data'}\n"
+        f"path.logs: {root / 'logs'}\n"
+        "cluster.routing.allocation.disk.threshold_enabled: false\n"
+        "action.auto_create_index: false\n",
+        encoding="utf-8",
+    )
+    (root / "data").mkdir(exist_ok=True)
+    (root / "logs").mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "OPENSEARCH_PATH_CONF": str(config),
+        "OPENSEARCH_JAVA_OPTS": f"-Xms{heap} -Xmx{heap}",
+        "OPENSEARCH_JAVA_HOME": os.environ.get("KI_OPENSEARCH_JAVA_HOME") or _java_home(),
+    }
+    command = [str(home / "bin" / "opensearch")]
+    if os.geteuid() == 0:  # OpenSearch refuses to run as root
+        subprocess.run(["chown", "-R", RUN_AS, str(root)], check=True)
+        command = ["runuser", "-u", RUN_AS, "--", "env", *(f"{k}={env[k]}" for k in (
+            "OPENSEARCH_PATH_CONF", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_JAVA_HOME")), *command]
+    log = root / "stdout.log"
+    with log.open("ab") as out:
+        # A session of its own: the kill reaches the JVM behind runuser too.
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return Node(name, ports[0], process, log)
+
+
+def kill_node(node: Node) -> None:
     try:
         os.killpg(node.process.pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -297,7 +297,7 @@ def test_bulk_leaves_out_null_fields(script: Script) -> None:
     }  # fmt: skip
 
 
-def test_a_partial_bulk_failure_names_the_failed_chunk_ids(script: Script) -> None:
+def test_a_partial_bulk_failure_names_the_failed_chunk_ids_but_not_an_update_of_a_missing_chunk(script: Script) -> None:
     script.reply(
         "POST",
         f"/{ALIAS}/_bulk",
@@ -317,7 +317,6 @@ def test_a_partial_bulk_failure_names_the_failed_chunk_ids(script: Script) -> No
         make_index(script).bulk([IndexOp(CHUNK), DeleteOp(7)])
     assert failure.value.failed == {
         901: "mapper_parsing_exception: Vector dimension mismatch. Expected: 3, Given: 4",
-        8: "document_missing_exception: [8]: document missing",
     }
 
 
@@ -608,3 +607,27 @@ def test_a_live_index_with_the_old_german_analyzer_is_served_with_a_warning_nami
     script.reply("HEAD", f"/{ALIAS}").reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": live}}})
     make_index(script).ensure()
     assert "ki reindex" in caplog.text and "'german'" in caplog.text
+
+
+def test_a_search_on_a_node_that_accepts_and_never_answers_fails_within_two_seconds() -> None:
+    """A hung node (stopped JVM, full GC, dead network path) must not hold a caller: the API answers 503."""
+    import socket
+    import time
+
+    from ki_core.search.opensearch import make_client
+    from ki_core.search.types import SearchBackendError
+
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)  # connections are accepted by the kernel, and nobody ever reads or answers
+        settings = OpenSearchSettings(hosts=[f"http://127.0.0.1:{hung.getsockname()[1]}"])
+        index = OpenSearchIndex(make_client(settings), alias=ALIAS, dimensions=3, signature=SIGNATURE,
+                                retrieval=RetrievalSettings(), opensearch=settings)
+        request = MultiSearchRequest(query_text="Kündigung", query_vector=(1.0, 0.0, 0.0),
+                                     scope=ScopeFilter(project_ids=frozenset(["p1"])), size=8)
+        for search in (lambda: index.multi_search(request),
+                       lambda: index.search_filter(ScopeFilter(project_ids=frozenset(["p1"])), SearchFilters(), 10)):
+            started = time.monotonic()
+            with pytest.raises(SearchBackendError):
+                search()
+            assert time.monotonic() - started < 2.0
