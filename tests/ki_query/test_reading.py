@@ -27,6 +27,7 @@ from ki_core.grants import GrantTarget, grant, revoke
 from ki_core.models import DocumentVersion, GrantEffect
 from ki_query.api.http import create_query_app
 from ki_query.api.mcp_server import create_mcp_server
+from ki_query.audit import audit_log
 from ki_query.identity import Identity
 from ki_query.reading import MAX_TEXT_CHARS
 from ki_query.retrieval import RetrievalService
@@ -272,7 +273,7 @@ def test_a_changed_file_is_a_409_naming_it(client: TestClient, world: FolderWorl
 
 def _mcp(world: FolderWorld, principals: tuple[str, ...], arguments: dict):
     service, _, _ = world.service()
-    server = create_mcp_server(lambda: service, Identity("test", principals))
+    server = create_mcp_server(lambda: service, Identity("test", principals), audit=audit_log(world.ctx.settings))
 
     async def run():
         async with Client(server) as client:
