@@ -28,7 +28,7 @@ DBAPI_ERROR = "sqlalchemy.exc.DBAPIError"
 EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_core.config.ConfigError", EXIT_CONFIG),
     ("ki_core.grants.UnknownTarget", EXIT_FAILED),
-    ("ki_core.grants.InvalidPrincipal", EXIT_FAILED),
+    ("ki_core.principals.InvalidPrincipal", EXIT_FAILED),
     ("ki_query.federation.errors.ProviderConfigError", EXIT_CONFIG),
     ("ki_query.federation.errors.CorpusEmbeddingMismatch", EXIT_CONFIG),
     ("ki_query.federation.errors.UnknownCorpus", EXIT_FAILED),

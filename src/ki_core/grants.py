@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, and_, delete, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
-from ki_core.acl import canonical_principal, normalize_principal, principal_aliases, stored_names
+from ki_core import principals
+from ki_core.principals import InvalidPrincipal
 from ki_core.config import Settings, get_settings
 from ki_core.models import (
     AccessGeneration,
@@ -47,11 +48,7 @@ class UnknownTarget(LookupError):
 
 
 class AmbiguousTarget(UnknownTarget):
-    """An operator's reference names several source objects; SOURCE:ID names one."""
-
-
-class InvalidPrincipal(ValueError):
-    """A principal that is empty after trimming cannot be granted anything."""
+    """An operator's reference names several source objects (SOURCE:ID names one), or an id prefix several documents."""
 
 
 class _Model(BaseModel):
@@ -173,23 +170,13 @@ _BUMP_ONCE = "ki.bump_access_generation_once"
 
 
 def stored_principal(raw: str, settings: Settings | None = None) -> str:
-    """The form a principal is stored in: normalized, as named; empty is refused.
-
-    Aliases are applied when grants are matched (ki_core.acl.stored_names), not
-    here, so a change of `security.principal_aliases` applies to stored grants
-    and memberships at once, in both directions.
-    """
-    principal = normalize_principal(raw)
-    if not principal:
-        raise InvalidPrincipal(f"principal {raw!r} is empty after trimming")
-    return principal
+    """The form a principal is stored in (ki_core.principals.stored_principal)."""
+    return principals.stored_principal(raw)
 
 
 def names_of(raw: str, settings: Settings | None = None) -> frozenset[str]:
     """Every stored name of the principal `raw` denotes under today's aliases (never empty)."""
-    stored_principal(raw, settings)
-    aliases = principal_aliases(settings or get_settings())
-    return stored_names([canonical_principal(raw, aliases)], aliases)
+    return principals.names_of(raw, settings or get_settings())
 
 
 # ------------------------------------------------------------ local grants
@@ -449,7 +436,7 @@ def replace_group_members(
     if session.get(Source, source_id) is None:
         raise UnknownTarget(f"no source with id {source_id!r}")
     stored_group = stored_principal(group, settings)
-    wanted = {m for m in map(normalize_principal, members) if m}
+    wanted = principals.member_names(members)
     current = {
         row.member_principal: row
         for row in session.scalars(

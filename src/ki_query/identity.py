@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ki_core.acl import admin_principals, canonical_principal, normalize_principal, principal_aliases
+from ki_core.principals import assertion_refusal, principals_from_claims
 from ki_core.config import JwtSettings, Settings
 
 
@@ -58,12 +57,10 @@ def _check_assertable(settings: Settings, key_name: str, patterns: list[str], pr
     Compared as the scope compiler will see the name (normalized, alias-mapped),
     so an alias of an admin principal is an admin principal too.
     """
-    canonical = canonical_principal(principal, principal_aliases(settings))
-    normalized = normalize_principal(principal)
-    exact = {normalize_principal(p) for p in patterns}
-    if canonical in admin_principals(settings) and not {canonical, normalized} & exact:
+    refusal = assertion_refusal(principal, patterns, settings)
+    if refusal == "admin":
         raise Forbidden(f"API key {key_name!r} may not act on behalf of the admin principal {principal!r}")
-    if not any(fnmatchcase(name, normalize_principal(p)) for p in patterns for name in (normalized, canonical)):
+    if refusal == "pattern":
         raise Forbidden(f"API key {key_name!r} may not act on behalf of {principal!r} "
                         "(security.api_keys.*.on_behalf_of_principals)")
 
@@ -90,11 +87,9 @@ def identity_from_jwt(settings: Settings, token: str) -> Identity:
 
 
 def _token_principals(config: JwtSettings, claims: dict) -> tuple[str, ...]:
-    principals = [str(claims[config.principal_claim])]
+    """The subject, and each group claim as a group (`group:` added where missing: ki_core.principals)."""
     groups = claims.get(config.groups_claim) if config.groups_claim else None
-    if isinstance(groups, list):
-        principals += [str(g) for g in groups]
-    return tuple(principals)
+    return principals_from_claims(str(claims[config.principal_claim]), groups if isinstance(groups, list) else None)
 
 
 @cache

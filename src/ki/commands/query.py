@@ -82,7 +82,7 @@ def _parse_date(value: str | None) -> date | None:
 
 def _visible_id(kind: IdKind, reference: str, principals: list[str]) -> str:
     """The whole id of what the caller may see that REFERENCE (an id or a unique prefix) names."""
-    from ki_core.acl import viewer_for
+    from ki_core.principals import viewer_for
     from ki_query.id_prefix import resolve_visible_id
 
     service = _service()

@@ -18,7 +18,8 @@ import numpy as np
 from sqlalchemy import Row, delete, func, select, update
 from sqlalchemy.orm import Session, defer
 
-from ki_core.acl import access_projection, in_set, principal_aliases
+from ki_core.acl import in_set
+from ki_core.principals import index_projection
 from ki_core.bulk_rows import write_rows
 from ki_core.config import Settings
 from ki_core.models import (
@@ -337,8 +338,7 @@ def plan_index_writes(session: Session, version_ids: list[str], settings: Settin
         )
     )
     observed = observed_objects(session, [v.id for v in versions])
-    projections = access_projection(session, list(observed), acl_mode=settings.security.source_acl_mode,
-                                    aliases=principal_aliases(settings))
+    projections = index_projection(session, list(observed), settings)
     chunks = _chunks_by_version(session, [v.id for v in versions])
     indexable = [v for v in versions if v.id in observed and v.processing_state != ProcessingState.FAILED]
     fields = _version_fields(session, indexable, observed)
