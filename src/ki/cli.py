@@ -7,7 +7,12 @@ modules import their database, index and server libraries inside the commands
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+from typer._click.exceptions import ClickException, UsageError  # typer vendors click: its own classes
+from typer.core import TyperGroup
 
 from ki.commands import access as access_commands
 from ki.commands import ask as ask_commands
@@ -26,8 +31,40 @@ from ki.commands import query as query_commands
 from ki.commands import store as store_commands
 from ki.commands import store_move as store_move_commands
 
+
+class KiGroup(TyperGroup):
+    """The `ki` group, with usage errors in two lines (the error, then where help is) instead of rich's
+    five-line box; everything else as typer and click do it."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except UsageError as exc:
+            if exc.__class__.__name__ == "NoArgsIsHelpError":  # click printed the help already
+                sys.exit(exc.exit_code)
+            sys.exit(_usage_error(exc))
+        except ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(exc: UsageError) -> int:
+    """`error: Missing option '--project'.` and `Try 'ki ingest --help'`, on stderr; the exit code (2)."""
+    typer.echo(f"error: {exc.format_message()}", err=True)
+    if exc.ctx is not None:
+        typer.echo(f"Try '{exc.ctx.command_path} --help'", err=True)
+    return exc.exit_code
+
+
 app = typer.Typer(
     name="ki",
+    cls=KiGroup,
     help="LegalMemory knowledge index: ingest a firm's documents and search them "
     "without ever showing a document the caller may not see.",
     no_args_is_help=True,
@@ -58,7 +95,7 @@ for _module in (config_commands, store_commands, demo_commands, ingest_commands,
 
 
 def main() -> None:
-    app()
+    app(prog_name="ki")  # `python -m ki.cli` too says `Try 'ki search --help'`
 
 
 if __name__ == "__main__":

@@ -532,18 +532,40 @@ def resolve_document(session: Session, reference: str, project: Project | None =
             select(Document).where(Document.project_id == project.id, Document.key == reference)
         )
         document = document or _document_by_id(session, reference, project.id)
+        document = document or _document_by_prefix(session, reference, project.id)
         if document is None:
             raise UnknownTarget(f"no document {reference!r} in project {project.name!r}")
         return document
     document = session.get(Document, reference) or _document_by_path(session, reference)
+    document = document or _document_by_prefix(session, reference)
     if document is None:
-        raise UnknownTarget(f"no document {reference!r} (give its id or project/key)")
+        raise UnknownTarget(f"no document {reference!r} (give its id, a unique prefix of it, or project/key)")
     return document
 
 
 def _document_by_id(session: Session, document_id: str, project_id: str) -> Document | None:
     document = session.get(Document, document_id)
     return document if document is not None and document.project_id == project_id else None
+
+
+# Ids are 32 hex digits; a prefix of at least 4 names one, as `ki get` takes it (ki_query.id_prefix,
+# which answers for a caller's visible documents; an operator's commands see every document).
+_ID_LENGTH, _MIN_PREFIX = 32, 4
+
+
+def _document_by_prefix(session: Session, reference: str, project_id: str | None = None) -> Document | None:
+    """The one document whose id starts with REFERENCE (4 to 32 hex digits); AmbiguousTarget when several do."""
+    prefix = reference.strip().lower()
+    if not _MIN_PREFIX <= len(prefix) <= _ID_LENGTH or prefix.strip("0123456789abcdef"):
+        return None
+    stmt = select(Document).where(Document.id.between(prefix.ljust(_ID_LENGTH, "0"), prefix.ljust(_ID_LENGTH, "f")))
+    if project_id is not None:
+        stmt = stmt.where(Document.project_id == project_id)
+    found = list(session.scalars(stmt.order_by(Document.id).limit(6)))
+    if len(found) > 1:
+        shown = ", ".join(d.id for d in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise AmbiguousTarget(f"document id prefix {reference!r} matches several documents: {shown}; give more characters")
+    return found[0] if found else None
 
 
 def _document_by_path(session: Session, reference: str) -> Document | None:

@@ -242,8 +242,8 @@ def _decision(
     active = [o for o in observations if o.state == ObservationState.ACTIVE]
     if viewer.is_admin:
         admins = ", ".join(sorted(viewer.principals & admin_principals(settings)))
-        return (True, f"admin ({admins}): grants ignored, an active observation exists") if active else (
-            False, f"admin ({admins}), but no active observation")
+        return (True, f"sees everything as admin ({admins}): grants ignored, an active observation exists") if active else (
+            False, f"sees everything as admin ({admins}), but no active observation")
     if not viewer.principals:
         return False, "no principals after normalization: nothing is visible"
     deny = next((g for g in facts.grants if g.effect == GrantEffect.DENY), None)

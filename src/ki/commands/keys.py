@@ -1,9 +1,10 @@
-"""`ki keys create|list|revoke`: the API keys of the HTTP query API and MCP, in the config file.
+"""`ki keys create|list|revoke`: the API keys of the HTTP query API and MCP, in the keys file.
 
-Only a key's SHA-256 is written (`security.api_keys.NAME`); the key itself is
-printed once and kept nowhere. The file is the one the process reads
-(`$KI_CONFIG_FILE`, else `./config.json`, created when missing); the rest of
-it is written back as it was: same keys in the same order, same indentation.
+Only a key's SHA-256 is written, into the keys file: `<state_dir>/api_keys.json`
+(or `security.api_keys_file`, or `--keys-file`), never config.json, which in a
+clone is a tracked file. The key itself is printed once and kept nowhere.
+`ki serve`, the api process and MCP read the keys file beside config.json and
+KI_SECURITY__API_KEYS (ki_core.config); a name set in those wins.
 """
 
 from __future__ import annotations
@@ -20,63 +21,46 @@ from rich.table import Table
 
 from ki.errors import cli_errors
 
-keys_app = typer.Typer(help="API keys for the HTTP query API and MCP: create, list, revoke.", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys for the HTTP query API and MCP: create, list, revoke. Keys are kept in "
+                       "<state_dir>/api_keys.json (security.api_keys_file), never in config.json.",
+                       no_args_is_help=True)
 
 # 32 random bytes (256 bits), URL-safe; the prefix lets secret scanners and people tell what it is.
 KEY_PREFIX = "ki_"
 KEY_BYTES = 32
+KEYS_FILE = typer.Option(None, "--keys-file", help="The keys file (default: security.api_keys_file, else "
+                         "<state_dir>/api_keys.json); `ki serve` reads the one security.api_keys_file names.")
 
 
-def config_file() -> Path:
-    """Where the process reads its configuration: `$KI_CONFIG_FILE`, else ./config.json (which may not exist yet)."""
-    from ki_core.config import CONFIG_FILE_ENV, DEFAULT_CONFIG_FILE
+def keys_file(given: Path | None) -> Path:
+    """--keys-file, else the file the process reads (security.api_keys_file, else <state_dir>/api_keys.json)."""
+    from ki_core.config import load_settings
 
-    return Path(os.environ.get(CONFIG_FILE_ENV) or DEFAULT_CONFIG_FILE)
+    return given if given is not None else load_settings().api_keys_path
 
 
-def read_config(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the file's data, how to write it back unchanged: json.dumps arguments)."""
+def read_keys(path: Path) -> dict[str, Any]:
+    """The keys file's entries as stored (empty when there is none yet)."""
     from ki_core.config import ConfigError
 
     if not path.is_file():
-        return {}, {"indent": 2, "ensure_ascii": False}
-    text = path.read_text(encoding="utf-8")
+        return {}
     try:
-        data = json.loads(text)
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the configuration must be a JSON object")
-    return data, _layout(text, data)
+        raise ConfigError(f"{path}: the keys file must be a JSON object")
+    return data
 
 
-def _layout(text: str, data: dict[str, Any]) -> dict[str, Any]:
-    """The json.dumps arguments that give TEXT back from DATA; the file's own indent if none does."""
-    first_indented = next((line for line in text.splitlines()[1:] if line.strip()), "")
-    indent = len(first_indented) - len(first_indented.lstrip(" ")) or 2
-    for ensure_ascii in (False, True):
-        layout = {"indent": indent, "ensure_ascii": ensure_ascii}
-        if json.dumps(data, **layout) == text.rstrip("\n"):
-            return layout
-    return {"indent": indent, "ensure_ascii": False, "reformatted": True}
-
-
-def write_config(path: Path, data: dict[str, Any], layout: dict[str, Any]) -> None:
-    """Atomically, keeping the file's mode: it may hold secrets besides the key hashes."""
-    text = json.dumps(data, indent=layout["indent"], ensure_ascii=layout["ensure_ascii"]) + "\n"
+def write_keys(path: Path, keys: dict[str, Any]) -> None:
+    """Atomically, readable by its owner only: the hashes are no secret, but who holds which principals is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    if path.exists():
-        os.chmod(temporary, path.stat().st_mode & 0o7777)
+    temporary.write_text(json.dumps(keys, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.chmod(temporary, 0o600)
     os.replace(temporary, path)
-    if layout.get("reformatted"):
-        typer.echo(f"note: {path} was not in json.dumps layout; it was rewritten with indent {layout['indent']}", err=True)
-
-
-def file_keys(data: dict[str, Any]) -> dict[str, Any]:
-    """`security.api_keys` of the file's data, created (empty) where missing."""
-    security = data.setdefault("security", {})
-    return security.setdefault("api_keys", {})
 
 
 def new_key() -> str:
@@ -92,15 +76,15 @@ def create(
     on_behalf_of: bool = typer.Option(False, "--on-behalf-of",
                                       help="A trusted front end: may name its user in X-KI-On-Behalf-Of."),
     replace: bool = typer.Option(False, "--replace", help="Overwrite an existing key NAME (the old key stops working)."),
+    keys_path: Path | None = KEYS_FILE,
 ) -> None:
-    """Generate a new API key, store its SHA-256 under security.api_keys.NAME and print the key once."""
+    """Generate a new API key, store its SHA-256 as NAME in the keys file and print the key once."""
     from ki_core.config import ApiKeySettings
     from ki_query.identity import key_digest
 
-    path = config_file()
+    path = keys_file(keys_path)
     existed = path.is_file()
-    data, layout = read_config(path)
-    keys = file_keys(data)
+    keys = read_keys(path)
     if name in keys and not replace:
         raise typer.BadParameter(f"{path} has a key named {name!r} already; --replace to overwrite it", param_hint="NAME")
     named = [p.strip() for p in principals if p.strip()]
@@ -110,43 +94,52 @@ def create(
     # A replaced key keeps its other settings (on_behalf_of_principals): a new secret, the same grant.
     entry = keys.get(name, {}) | {"sha256": key_digest(key), "principals": named, "on_behalf_of": on_behalf_of}
     keys[name] = ApiKeySettings.model_validate(entry).model_dump(mode="json", include=set(entry))
-    write_config(path, data, layout)
+    write_keys(path, keys)
     typer.echo(key)
     created = "" if existed else " (created)"
     behalf = " (on behalf of others)" if on_behalf_of else ""
-    typer.echo(f"API key {name!r} for {', '.join(named)}{behalf}: its SHA-256 is in {path}{created} "
-               f"(security.api_keys.{name}). The key itself is not stored anywhere: this is the only time it is "
-               "shown. Restart `ki serve` (or the api process) to use it.", err=True)
+    typer.echo(f"API key {name!r} for {', '.join(named)}{behalf}: its SHA-256 is in {path}{created}. The key itself "
+               "is not stored anywhere: this is the only time it is shown. Restart `ki serve` (or the api process) "
+               f"to use it{_unread_note(path)}.", err=True)
+
+
+def _unread_note(path: Path) -> str:
+    """A --keys-file the process does not read is useless until configured: say how."""
+    from ki_core.config import load_settings
+
+    if path.resolve() == load_settings().api_keys_path.resolve():
+        return ""
+    return f"; it reads {path} only once security.api_keys_file (KI_SECURITY__API_KEYS_FILE) names it"
 
 @keys_app.command("list")
 @cli_errors
 def list_keys() -> None:
-    """The configured keys: name, principals, whether they may act on behalf of others, and where they are set."""
+    """The keys the server accepts: name, principals, whether they may act on behalf of others, where they are set."""
     from ki_core.config import load_settings
 
-    path = config_file()
-    in_file = file_keys(read_config(path)[0])
-    configured = load_settings().security.api_keys
+    settings = load_settings()
+    path = settings.api_keys_path
+    in_file = read_keys(path)
+    configured = settings.security.api_keys
     table = Table(title=f"API keys ({path})")
     for column in ("name", "principals", "on behalf of", "set in"):
         table.add_column(column, overflow="fold")
     for name, spec in sorted(configured.items()):
         behalf = ", ".join(spec.on_behalf_of_principals) if spec.on_behalf_of else "no"
-        table.add_row(name, ", ".join(spec.principals), behalf, str(path) if name in in_file else "environment")
-    Console().print(table if configured else f"no API keys configured (security.api_keys in {path})")
+        table.add_row(name, ", ".join(spec.principals), behalf, str(path) if name in in_file else "config or environment")
+    Console().print(table if configured else f"no API keys yet ({path}); `ki keys create NAME --principal P` makes one")
 
 
 @keys_app.command("revoke")
 @cli_errors
-def revoke(name: str = typer.Argument(..., help="Name of the key to remove.")) -> None:
-    """Remove key NAME from the config file: it is refused (401) once the server has been restarted."""
-    path = config_file()
-    data, layout = read_config(path)
-    keys = file_keys(data)
+def revoke(name: str = typer.Argument(..., help="Name of the key to remove."), keys_path: Path | None = KEYS_FILE) -> None:
+    """Remove key NAME from the keys file: it is refused (401) once the server has been restarted."""
+    path = keys_file(keys_path)
+    keys = read_keys(path)
     if name not in keys:
         raise typer.BadParameter(f"{path} has no key named {name!r} (see `ki keys list`)", param_hint="NAME")
     del keys[name]
-    write_config(path, data, layout)
+    write_keys(path, keys)
     typer.echo(f"revoked API key {name!r} in {path}; restart `ki serve` (or the api process) to refuse it")
 
 

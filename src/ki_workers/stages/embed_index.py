@@ -545,7 +545,10 @@ def store_waiting_embeddings(ctx: WorkerContext) -> None:
     if writes is None or not writes.drafts:
         return
     drafted, writes.drafts = writes.drafts, []
-    for result in store_embeddings(ctx, drafted):
+    # Hundreds of small files' chunks go at once (minutes with e5-small): a watcher hears how far.
+    watcher = ctx.embed_progress
+    progress = (lambda done, total, of=drafted[-1].version_id: watcher(of, done, total)) if watcher else None
+    for result in store_embeddings(ctx, drafted, progress):
         writes.deletes.extend(result.removed_chunk_ids)
 
 
