@@ -14,22 +14,22 @@ import typer
 from typer._click.exceptions import ClickException, UsageError  # typer vendors click: its own classes
 from typer.core import TyperGroup
 
-from ki.commands import access as access_commands
-from ki.commands import ask as ask_commands
-from ki.commands import config as config_commands
-from ki.commands import corpus as corpus_commands
-from ki.commands import delete as delete_commands
-from ki.commands import demo as demo_commands
-from ki.commands import eval as eval_commands
-from ki.commands import events as events_commands
-from ki.commands import groups as groups_commands
-from ki.commands import identifiers as identifiers_commands
-from ki.commands import ingest as ingest_commands
-from ki.commands import keys as keys_commands
-from ki.commands import projects as projects_commands
-from ki.commands import query as query_commands
-from ki.commands import store as store_commands
-from ki.commands import store_move as store_move_commands
+from ki.commands.permissions import access as access_commands
+from ki.commands.reading import ask as ask_commands
+from ki.commands.storage import config as config_commands
+from ki.commands.corpora import corpus as corpus_commands
+from ki.commands.storage import delete as delete_commands
+from ki.commands.corpora import demo as demo_commands
+from ki.commands.corpora import eval as eval_commands
+from ki.commands.storage import events as events_commands
+from ki.commands.permissions import groups as groups_commands
+from ki.commands.reading import identifiers as identifiers_commands
+from ki.commands.storage import ingest as ingest_commands
+from ki.commands.permissions import keys as keys_commands
+from ki.commands.storage import projects as projects_commands
+from ki.commands.reading import query as query_commands
+from ki.commands.storage import store as store_commands
+from ki.commands.storage import store_move as store_move_commands
 
 
 class KiGroup(TyperGroup):

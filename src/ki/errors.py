@@ -40,7 +40,7 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_core.llm.GatewayError", EXIT_UNAVAILABLE),
     ("ki_core.embedding.EmbedderBusy", EXIT_UNAVAILABLE),
     ("ki_core.store_move.StoreMoveError", EXIT_FAILED),
-    ("ki.commands.writer.WriterBusy", EXIT_UNAVAILABLE),
+    ("ki.commands.storage.writer.WriterBusy", EXIT_UNAVAILABLE),
     ("ki_query.types.QueryOverBudget", EXIT_UNAVAILABLE),
     ("ki_workers.sources.local_fs.ManifestError", EXIT_FAILED),
     ("ki_query.types.WindowTooDeep", EXIT_FAILED),

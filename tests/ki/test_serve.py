@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from ki.commands.query import SHUTDOWN_SECONDS
+from ki.commands.reading.query import SHUTDOWN_SECONDS
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ki.commands import progress_report
-from ki.commands.writer import no_other_writer, take_the_writer
+from ki.commands.storage.writer import no_other_writer, take_the_writer
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def ingest(
     """
     from rich.console import Console
 
-    from ki.commands.store import prepare_store
+    from ki.commands.storage.store import prepare_store
     from ki_core.config import load_settings
     from ki_workers.context import worker_context
     from ki_workers.folder_sync import FileSelection, sync_folder
@@ -197,7 +197,7 @@ def reindex(
     """
     from rich.console import Console
 
-    from ki.commands.store import prepare_store
+    from ki.commands.storage.store import prepare_store
     from ki_core.config import load_settings
     from ki_workers.context import worker_context
     from ki_workers.reindex import rebuild_index

@@ -400,7 +400,7 @@ def serve(
     """
     import uvicorn
 
-    from ki.commands.writer import hold_the_writer
+    from ki.commands.storage.writer import hold_the_writer
     from ki_core.config import load_settings
 
     hold_the_writer(load_settings())
