@@ -168,14 +168,17 @@ def assertion_refusal(principal: str, patterns: Iterable[str], settings: Setting
 
     Compared as the scope compiler will see the name (normalized, alias-mapped),
     so an alias of an admin principal is an admin principal too; an admin only
-    by an exact pattern.
+    by an exact pattern. Patterns match the name as sent (trimmed, casefolded,
+    any `group:` kept) or its canonical form, so `group:*` admits only names
+    sent with the prefix; as the prefix is optional, those may still be users.
     """
     canonical = canonical_principal(principal, principal_aliases(settings))
-    normalized = normalize_principal(principal)
-    patterns = [normalize_principal(p) for p in patterns]
-    if canonical in admin_principals(settings) and not {canonical, normalized} & set(patterns):
+    sent = principal.strip().casefold()
+    patterns = [p.strip().casefold() for p in patterns]
+    exact = set(patterns) | {normalize_principal(p) for p in patterns}
+    if canonical in admin_principals(settings) and not {canonical, sent, normalize_principal(principal)} & exact:
         return "admin"
-    if not any(fnmatchcase(name, p) for p in patterns for name in (normalized, canonical)):
+    if not any(fnmatchcase(name, p) for p in patterns for name in (sent, canonical)):
         return "pattern"
     return None
 
