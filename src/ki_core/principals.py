@@ -158,11 +158,6 @@ def admin_principals(settings: Settings) -> frozenset[str]:
     return frozenset(p for p in map(normalize_principal, settings.security.admin_principals) if p)
 
 
-def is_admin_name(raw: str, settings: Settings) -> bool:
-    """Does this one name (alias-mapped) denote an admin principal? Decided without group expansion."""
-    return canonical_principal(raw, principal_aliases(settings)) in admin_principals(settings)
-
-
 def assertion_refusal(principal: str, patterns: Iterable[str], settings: Settings) -> str | None:
     """Why a trusted front end may not name PRINCIPAL under its key's patterns: 'admin', 'pattern' or None.
 
