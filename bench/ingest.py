@@ -147,7 +147,7 @@ def run(provider: str, corpus: Path, workdir: Path, alone_runs: int = 2, databas
 
 
 def measure(provider: str, corpus: Path, workdir: Path, alone_runs: int) -> dict:
-    from ki.commands.store import prepare_store
+    from ki.commands.storage.store import prepare_store
     from ki_core.config import get_settings
     from ki_core.embedding import CachedEmbedder, VectorCacheFile, uncached_embedder
     from ki_workers import tasks  # noqa: F401 - a worker imports its tasks at start, not per document

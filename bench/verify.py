@@ -29,7 +29,8 @@ from pathlib import Path
 from query import CALLERS, DEFAULT_DATA, add_access, build_rows, fresh_database, load_paragraphs, p50_p95, write_sql
 from sqlalchemy import Engine, event, select, text
 
-from ki_core.acl import viewer_for, visible_versions
+from ki_core.acl import visible_versions
+from ki_core.principals import viewer_for
 from ki_core.config import Settings
 from ki_core.db import make_engine, session_factory
 from ki_core.embedding import HashingEmbedder

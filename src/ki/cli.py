@@ -7,28 +7,65 @@ modules import their database, index and server libraries inside the commands
 
 from __future__ import annotations
 
-import typer
+import sys
+from typing import Any
 
-from ki.commands import access as access_commands
-from ki.commands import ask as ask_commands
-from ki.commands import audit as audit_commands
-from ki.commands import config as config_commands
-from ki.commands import corpus as corpus_commands
-from ki.commands import delete as delete_commands
-from ki.commands import demo as demo_commands
-from ki.commands import eval as eval_commands
-from ki.commands import events as events_commands
-from ki.commands import groups as groups_commands
-from ki.commands import identifiers as identifiers_commands
-from ki.commands import ingest as ingest_commands
-from ki.commands import keys as keys_commands
-from ki.commands import projects as projects_commands
-from ki.commands import query as query_commands
-from ki.commands import store as store_commands
-from ki.commands import store_move as store_move_commands
+import typer
+from typer._click.exceptions import ClickException, UsageError  # typer vendors click: its own classes
+from typer.core import TyperGroup
+
+from ki.commands.permissions import access as access_commands
+from ki.commands.permissions import audit as audit_commands
+from ki.commands.reading import ask as ask_commands
+from ki.commands.storage import config as config_commands
+from ki.commands.corpora import corpus as corpus_commands
+from ki.commands.storage import delete as delete_commands
+from ki.commands.corpora import demo as demo_commands
+from ki.commands.corpora import eval as eval_commands
+from ki.commands.storage import events as events_commands
+from ki.commands.permissions import groups as groups_commands
+from ki.commands.reading import identifiers as identifiers_commands
+from ki.commands.storage import ingest as ingest_commands
+from ki.commands.permissions import keys as keys_commands
+from ki.commands.storage import projects as projects_commands
+from ki.commands.reading import query as query_commands
+from ki.commands.storage import store as store_commands
+from ki.commands.storage import store_move as store_move_commands
+
+
+class KiGroup(TyperGroup):
+    """The `ki` group, with usage errors in two lines (the error, then where help is) instead of rich's
+    five-line box; everything else as typer and click do it."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except UsageError as exc:
+            if exc.__class__.__name__ == "NoArgsIsHelpError":  # click printed the help already
+                sys.exit(exc.exit_code)
+            sys.exit(_usage_error(exc))
+        except ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(exc: UsageError) -> int:
+    """`error: Missing option '--project'.` and `Try 'ki ingest --help'`, on stderr; the exit code (2)."""
+    typer.echo(f"error: {exc.format_message()}", err=True)
+    if exc.ctx is not None:
+        typer.echo(f"Try '{exc.ctx.command_path} --help'", err=True)
+    return exc.exit_code
+
 
 app = typer.Typer(
     name="ki",
+    cls=KiGroup,
     help="LegalMemory knowledge index: ingest a firm's documents and search them "
     "without ever showing a document the caller may not see.",
     no_args_is_help=True,
@@ -59,7 +96,7 @@ for _module in (config_commands, store_commands, demo_commands, ingest_commands,
 
 
 def main() -> None:
-    app()
+    app(prog_name="ki")  # `python -m ki.cli` too says `Try 'ki search --help'`
 
 
 if __name__ == "__main__":

@@ -83,9 +83,13 @@ def ingest_projects(tour: Tour) -> None:
         folder = tour.examples / project["folder"]
         total = sum(1 for p in folder.rglob("*") if p.is_file()) - 1  # ki-manifest.json is not a document
         with progress_report(tour.console, f"ingest {project['name']}", "files", total) as progress:
+            # Embedding a file's chunks is most of the time (e5-small, about 4 chunks/s): off a terminal
+            # a line every few seconds says which file, instead of minutes of silence in a CI log.
             summary = sync_folder(tour.ctx, folder, project["name"], project.get("matter"),
                                   on_file=lambda relative, _result: progress.advance(current=relative),
-                                  declared_types=project.get("doc_types"))
+                                  declared_types=project.get("doc_types"),
+                                  on_chunks=lambda relative, done, total_chunks: progress.update(
+                                      progress.done, current=f"{relative}: {done}/{total_chunks} chunks embedded"))
             progress.update(total)
         tour.check(not summary.errors, f"{project['name']}: {summary.files} files, no conversion errors")
 

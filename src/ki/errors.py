@@ -28,7 +28,7 @@ DBAPI_ERROR = "sqlalchemy.exc.DBAPIError"
 EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_core.config.ConfigError", EXIT_CONFIG),
     ("ki_core.grants.UnknownTarget", EXIT_FAILED),
-    ("ki_core.grants.InvalidPrincipal", EXIT_FAILED),
+    ("ki_core.principals.InvalidPrincipal", EXIT_FAILED),
     ("ki_query.federation.errors.ProviderConfigError", EXIT_CONFIG),
     ("ki_query.federation.errors.CorpusEmbeddingMismatch", EXIT_CONFIG),
     ("ki_query.federation.errors.UnknownCorpus", EXIT_FAILED),
@@ -41,7 +41,7 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_core.llm.GatewayError", EXIT_UNAVAILABLE),
     ("ki_core.embedding.EmbedderBusy", EXIT_UNAVAILABLE),
     ("ki_core.store_move.StoreMoveError", EXIT_FAILED),
-    ("ki.commands.writer.WriterBusy", EXIT_UNAVAILABLE),
+    ("ki.commands.storage.writer.WriterBusy", EXIT_UNAVAILABLE),
     ("ki_query.types.QueryOverBudget", EXIT_UNAVAILABLE),
     ("ki_query.audit.AuditUnavailable", EXIT_UNAVAILABLE),
     ("ki_workers.sources.local_fs.ManifestError", EXIT_FAILED),

@@ -5,15 +5,15 @@ compilation, per-hit re-verification (`visible_versions`) and the index
 projection (`access_projection`) all evaluate it; nothing else decides.
 
 Principals are compared by plain equality: callers' principals are
-normalized, alias-mapped and group-expanded here, and grants and memberships
-are stored already normalized by ki_core.grants.
+normalized, alias-mapped and group-expanded by ki_core.principals, and grants
+and memberships are stored already normalized by ki_core.grants.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -37,14 +37,12 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from ki_core.config import Settings
 from ki_core.models import (
     Document,
     DocumentVersion,
     Grant,
     GrantEffect,
     GrantScope,
-    GroupMembership,
     ObservationState,
     Source,
     SourceKind,
@@ -179,114 +177,7 @@ def _equals_any_array(element: in_set, compiler, **kw) -> str:
     column, values = compiler.process(element.column, **kw), compiler.process(element.values, **kw)
     return f"({column} = ANY({values}))"
 
-# ---------------------------------------------------------------- principals
-
-
-def normalize_principal(raw: str) -> str:
-    """Trim and casefold: 'Alice ' and 'alice' are one principal (Principals 1)."""
-    return raw.strip().casefold()
-
-
-def principal_aliases(settings: Settings) -> dict[str, str]:
-    """security.principal_aliases with keys and values normalized.
-
-    An alias whose canonical name is empty maps to '' and is then dropped like
-    any empty principal (fail closed); an empty key can never match.
-    """
-    aliases = {}
-    for alias, canonical in settings.security.principal_aliases.items():
-        key = normalize_principal(alias)
-        if key:
-            aliases[key] = normalize_principal(canonical)
-    return aliases
-
-
-def canonical_principal(raw: str, aliases: Mapping[str, str]) -> str:
-    """Normalized, then replaced by its canonical name if it is an alias ('' when empty).
-
-    One step only: the canonical name is not looked up again.
-    """
-    normalized = normalize_principal(raw)
-    return aliases.get(normalized, normalized)
-
-
-def canonical_principals(raw: Iterable[str], settings: Settings) -> frozenset[str]:
-    """The caller's set before group expansion: normalized, alias-mapped, empties dropped.
-
-    A lone string is one principal, never a sequence of one-letter principals.
-    """
-    if isinstance(raw, str):
-        raw = [raw]
-    aliases = principal_aliases(settings)
-    return frozenset(p for p in (canonical_principal(r, aliases) for r in raw) if p)
-
-
-def stored_names(canonical: Iterable[str], aliases: Mapping[str, str]) -> frozenset[str]:
-    """Every stored principal that denotes one of these canonical principals under today's aliases.
-
-    Grants and memberships keep the name the source or operator gave (normalized
-    only), so a change of `security.principal_aliases` applies to them at once,
-    both ways: a new alias joins the old grants of that name, a removed alias
-    stops matching. A name is its own only when it is not itself an alias.
-    """
-    wanted = set(canonical)
-    names = {name for name in wanted if name not in aliases}
-    names |= {alias for alias, target in aliases.items() if target in wanted}
-    return frozenset(names)
-
-
-def paths_by_stored_name(paths: Mapping[str, tuple[str, ...]], aliases: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
-    """{stored name: path} for `expand_groups` paths: what explain needs to narrate a matched grant."""
-    return {name: path for principal, path in paths.items() for name in stored_names([principal], aliases)}
-
-
-def admin_principals(settings: Settings) -> frozenset[str]:
-    return frozenset(p for p in map(normalize_principal, settings.security.admin_principals) if p)
-
-
-def expand_groups(
-    session: Session, canonical: Iterable[str], aliases: Mapping[str, str] | None = None
-) -> dict[str, tuple[str, ...]]:
-    """Every canonical principal reached from the (already canonical) set, with one path that reached it.
-
-    Breadth-first, one set-based query per level of nesting; a group already in
-    the set is not followed again, so cycles terminate. Memberships are matched
-    by every stored name of the members and their groups are taken by canonical
-    name (`stored_names`). The path is what `explain` prints ("allowed via group Z").
-    """
-    aliases = aliases or {}
-    paths = {p: (p,) for p in sorted(set(canonical))}
-    frontier = sorted(paths)
-    while frontier:
-        reached: list[str] = []
-        members = {name: member for member in frontier for name in stored_names([member], aliases)}
-        for name, stored_group in _memberships_of(session, sorted(members)):
-            group = aliases.get(stored_group, stored_group)
-            if group not in paths:
-                paths[group] = (*paths[members[name]], group)
-                reached.append(group)
-        frontier = sorted(reached)
-    return paths
-
-
-def expand_principal_paths(
-    session: Session, principals: Iterable[str], settings: Settings
-) -> dict[str, tuple[str, ...]]:
-    return expand_groups(session, canonical_principals(principals, settings), principal_aliases(settings))
-
-
-def expand_principals(session: Session, principals: Iterable[str], settings: Settings) -> frozenset[str]:
-    """E of spec/access.md: the caller's principals plus every group they reach (canonical names)."""
-    return frozenset(expand_principal_paths(session, principals, settings))
-
-
-def _memberships_of(session: Session, members: list[str]) -> list[tuple[str, str]]:
-    stmt = (
-        select(GroupMembership.member_principal, GroupMembership.group_principal)
-        .where(in_set(GroupMembership.member_principal, members))
-        .distinct()
-    )
-    return sorted(session.execute(stmt))
+# ---------------------------------------------------------------- the viewer
 
 
 @dataclass(frozen=True)
@@ -294,7 +185,8 @@ class Viewer:
     """The principals grants are matched against, with the two switches the rules depend on.
 
     `principals` are stored names: every name that denotes a member of E under
-    today's aliases (`stored_names`), so the SQL predicate stays plain equality.
+    today's aliases, so the SQL predicate stays plain equality. Built by
+    ki_core.principals (`viewer_for`), the one place that resolves callers.
     """
 
     principals: frozenset[str]
@@ -306,23 +198,11 @@ class Viewer:
         return not self.is_admin and not self.principals
 
 
-def viewer_for(session: Session, principals: Iterable[str], settings: Settings) -> Viewer:
-    """Canonicalize and expand the caller's principals; admin status is decided on E."""
-    return viewer_of(expand_principals(session, principals, settings), settings)
-
-
-def viewer_of(expanded: frozenset[str], settings: Settings) -> Viewer:
-    """The viewer of E (canonical names, groups expanded)."""
-    return Viewer(
-        principals=stored_names(expanded, principal_aliases(settings)),
-        is_admin=bool(expanded & admin_principals(settings)),
-        acl_mode=settings.security.source_acl_mode,
-    )
-
-
 # ----------------------------------------------------------------- predicate
 
 PrincipalMatch = Collection[str] | ColumnElement[str]
+# A canonical principal's stored names under today's aliases (ki_core.principals.stored_names).
+NamesOf = Callable[[str], frozenset[str]]
 
 
 def version_predicate(
@@ -552,7 +432,7 @@ def visible_document_ids(session: Session, viewer: Viewer, project_id: str | Non
 
 def access_projection(
     session: Session, version_ids: Iterable[str], *, acl_mode: AclMode = "sufficient",
-    aliases: Mapping[str, str] | None = None,
+    aliases: Mapping[str, str] | None = None, names_of: NamesOf | None = None,
 ) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     """{version_id: (allowed_principals, denied_principals)} for the index's inspection fields.
 
@@ -560,7 +440,8 @@ def access_projection(
     version under the same predicate. Denied: each principal with a deny on the
     version's project, document or an actively observed source object (mirrored
     or a local rule). Admins are not listed: they come from configuration, not
-    from grants.
+    from grants. `names_of` gives a canonical principal's stored names (from
+    ki_core.principals.index_projection, which callers use).
     """
     ids = sorted(set(version_ids))
     aliases = aliases or {}
@@ -573,14 +454,16 @@ def access_projection(
     for vid, principal in session.execute(_granted_principals_stmt(ids, GrantEffect.DENY)):
         denied[vid].add(aliases.get(principal, principal))
     if aliased:
-        for principal, vids in _aliased_viewers(session, ids, aliases, aliased, acl_mode).items():
+        assert names_of is not None, "aliases need names_of: call ki_core.principals.index_projection"
+        for principal, vids in _aliased_viewers(session, ids, aliases, aliased, acl_mode, names_of).items():
             for vid in vids:
                 allowed[vid].add(principal)
     return {vid: (tuple(sorted(allowed[vid])), tuple(sorted(denied[vid]))) for vid in ids}
 
 
 def _aliased_viewers(
-    session: Session, version_ids: list[str], aliases: Mapping[str, str], aliased: set[str], acl_mode: AclMode
+    session: Session, version_ids: list[str], aliases: Mapping[str, str], aliased: set[str], acl_mode: AclMode,
+    names_of: NamesOf,
 ) -> dict[str, set[str]]:
     """{canonical principal: versions it sees} for allow-granted principals known under several names.
 
@@ -592,7 +475,7 @@ def _aliased_viewers(
     principals = {aliases.get(name, name) for name in granted & aliased}
     return {
         principal: visible_versions(
-            session, Viewer(principals=stored_names([principal], aliases), is_admin=False, acl_mode=acl_mode),
+            session, Viewer(principals=names_of(principal), is_admin=False, acl_mode=acl_mode),
             version_ids,
         )
         for principal in sorted(principals)

@@ -26,6 +26,7 @@ from pydantic_settings import (
 CONFIG_FILE_ENV = "KI_CONFIG_FILE"
 DEFAULT_CONFIG_FILE = "config.json"
 DEFAULT_STATE_DIR = ".ki"
+API_KEYS_FILE = "api_keys.json"
 
 
 class ConfigError(ValueError):
@@ -141,8 +142,6 @@ class JwtSettings(_Section):
     # Further claims naming the same user (e.g. "email"), each a principal of its own; aliases map them.
     also_principal_claims: list[str] = Field(default_factory=list)
     groups_claim: str | None = "groups"
-    # Prepended to each group name of the groups claim ("group:" makes Keycloak's "partner" the grant's "group:partner").
-    groups_prefix: str = ""
     leeway_seconds: int = Field(default=30, ge=0)
 
 
@@ -173,8 +172,11 @@ class SecuritySettings(_Section):
     source_acl_mode: Literal["sufficient", "intersect"] = "sufficient"
     principal_aliases: dict[str, str] = Field(default_factory=dict)
     admin_principals: list[str] = Field(default_factory=lambda: ["role:admin", "system:admin"])
-    # name -> key; HTTP and MCP callers authenticate with one of these or a JWT.
+    # name -> key; HTTP and MCP callers authenticate with one of these or a JWT. The keys of
+    # `api_keys_file` (where `ki keys create` writes) join these; a name set here wins.
     api_keys: dict[str, ApiKeySettings] = Field(default_factory=dict)
+    # None: `<state_dir>/api_keys.json`, kept out of the tracked config.json.
+    api_keys_file: str | None = None
     jwt: JwtSettings | None = None
     oidc: OidcSettings | None = None
     throttle: ThrottleSettings = Field(default_factory=ThrottleSettings)
@@ -433,6 +435,17 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _keys_from_the_keys_file(self) -> Settings:
+        """`ki serve`, MCP and `ki keys list` read the keys file as they read config.json and KI_SECURITY__API_KEYS."""
+        stored = read_keys_file(self.api_keys_path)
+        self.security.api_keys = {**stored, **self.security.api_keys}
+        return self
+
+    @property
+    def api_keys_path(self) -> Path:
+        return Path(self.security.api_keys_file or Path(self.state_dir) / API_KEYS_FILE)
+
     @property
     def effective_embedding_dimensions(self) -> int:
         return self.retrieval.embedding_dimensions or self.embedding.native_dimensions()
@@ -457,6 +470,19 @@ class Settings(BaseSettings):
     @property
     def embedding_cache_dir(self) -> Path:
         return Path(self.embedding.cache_dir or Path(self.state_dir) / "embeddings")
+
+
+def read_keys_file(path: Path) -> dict[str, ApiKeySettings]:
+    """The keys `ki keys create` stored in PATH ({name: key settings}); none when it does not exist."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return {name: ApiKeySettings.model_validate(spec) for name, spec in data.items()}
+    except (ValueError, ValidationError) as exc:
+        raise ValueError(f"API keys file {path}: {exc}") from None
 
 
 def config_file_path() -> Path | None:

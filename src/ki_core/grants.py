@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import ColumnElement, and_, delete, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
-from ki_core.acl import canonical_principal, normalize_principal, principal_aliases, stored_names
+from ki_core import principals
+from ki_core.principals import InvalidPrincipal
 from ki_core.config import Settings, get_settings
 from ki_core.models import (
     AccessGeneration,
@@ -47,11 +48,7 @@ class UnknownTarget(LookupError):
 
 
 class AmbiguousTarget(UnknownTarget):
-    """An operator's reference names several source objects; SOURCE:ID names one."""
-
-
-class InvalidPrincipal(ValueError):
-    """A principal that is empty after trimming cannot be granted anything."""
+    """An operator's reference names several source objects (SOURCE:ID names one), or an id prefix several documents."""
 
 
 class _Model(BaseModel):
@@ -173,23 +170,13 @@ _BUMP_ONCE = "ki.bump_access_generation_once"
 
 
 def stored_principal(raw: str, settings: Settings | None = None) -> str:
-    """The form a principal is stored in: normalized, as named; empty is refused.
-
-    Aliases are applied when grants are matched (ki_core.acl.stored_names), not
-    here, so a change of `security.principal_aliases` applies to stored grants
-    and memberships at once, in both directions.
-    """
-    principal = normalize_principal(raw)
-    if not principal:
-        raise InvalidPrincipal(f"principal {raw!r} is empty after trimming")
-    return principal
+    """The form a principal is stored in (ki_core.principals.stored_principal)."""
+    return principals.stored_principal(raw)
 
 
 def names_of(raw: str, settings: Settings | None = None) -> frozenset[str]:
     """Every stored name of the principal `raw` denotes under today's aliases (never empty)."""
-    stored_principal(raw, settings)
-    aliases = principal_aliases(settings or get_settings())
-    return stored_names([canonical_principal(raw, aliases)], aliases)
+    return principals.names_of(raw, settings or get_settings())
 
 
 # ------------------------------------------------------------ local grants
@@ -449,7 +436,7 @@ def replace_group_members(
     if session.get(Source, source_id) is None:
         raise UnknownTarget(f"no source with id {source_id!r}")
     stored_group = stored_principal(group, settings)
-    wanted = {m for m in map(normalize_principal, members) if m}
+    wanted = principals.member_names(members)
     current = {
         row.member_principal: row
         for row in session.scalars(
@@ -545,18 +532,40 @@ def resolve_document(session: Session, reference: str, project: Project | None =
             select(Document).where(Document.project_id == project.id, Document.key == reference)
         )
         document = document or _document_by_id(session, reference, project.id)
+        document = document or _document_by_prefix(session, reference, project.id)
         if document is None:
             raise UnknownTarget(f"no document {reference!r} in project {project.name!r}")
         return document
     document = session.get(Document, reference) or _document_by_path(session, reference)
+    document = document or _document_by_prefix(session, reference)
     if document is None:
-        raise UnknownTarget(f"no document {reference!r} (give its id or project/key)")
+        raise UnknownTarget(f"no document {reference!r} (give its id, a unique prefix of it, or project/key)")
     return document
 
 
 def _document_by_id(session: Session, document_id: str, project_id: str) -> Document | None:
     document = session.get(Document, document_id)
     return document if document is not None and document.project_id == project_id else None
+
+
+# Ids are 32 hex digits; a prefix of at least 4 names one, as `ki get` takes it (ki_query.id_prefix,
+# which answers for a caller's visible documents; an operator's commands see every document).
+_ID_LENGTH, _MIN_PREFIX = 32, 4
+
+
+def _document_by_prefix(session: Session, reference: str, project_id: str | None = None) -> Document | None:
+    """The one document whose id starts with REFERENCE (4 to 32 hex digits); AmbiguousTarget when several do."""
+    prefix = reference.strip().lower()
+    if not _MIN_PREFIX <= len(prefix) <= _ID_LENGTH or prefix.strip("0123456789abcdef"):
+        return None
+    stmt = select(Document).where(Document.id.between(prefix.ljust(_ID_LENGTH, "0"), prefix.ljust(_ID_LENGTH, "f")))
+    if project_id is not None:
+        stmt = stmt.where(Document.project_id == project_id)
+    found = list(session.scalars(stmt.order_by(Document.id).limit(6)))
+    if len(found) > 1:
+        shown = ", ".join(d.id for d in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise AmbiguousTarget(f"document id prefix {reference!r} matches several documents: {shown}; give more characters")
+    return found[0] if found else None
 
 
 def _document_by_path(session: Session, reference: str) -> Document | None:

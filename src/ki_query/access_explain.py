@@ -14,18 +14,8 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
-from ki_core.acl import (
-    AclMode,
-    Viewer,
-    admin_principals,
-    canonical_principals,
-    expand_groups,
-    in_set,
-    paths_by_stored_name,
-    principal_aliases,
-    viewer_of,
-    visible_versions,
-)
+from ki_core.acl import AclMode, Viewer, in_set, visible_versions
+from ki_core.principals import admin_principals, caller_paths, stored_paths, viewer_of
 from ki_core.config import Settings
 from ki_core.grants import UnknownTarget
 from ki_core.models.access import LOCAL_ORIGIN
@@ -120,10 +110,10 @@ def explain_document(
     if document is None:
         raise UnknownTarget(f"no document with id {document_id!r}")
     project = session.get(Project, document.project_id)
-    paths = expand_groups(session, canonical_principals([principal], settings), principal_aliases(settings))
-    viewer = viewer_of(frozenset(paths), settings)
+    paths = caller_paths(session, [principal], settings)
+    viewer = viewer_of(paths, settings)
     # Grants are stored under the names given; each stored name of E narrates with its principal's path.
-    facts = _version_facts(session, document, paths_by_stored_name(paths, principal_aliases(settings)))
+    facts = _version_facts(session, document, stored_paths(paths, settings))
     sql_visible = visible_versions(session, viewer, [f.version_id for f in facts])
     versions = tuple(_explain_version(f, viewer, settings, f.version_id in sql_visible) for f in facts)
     return AccessExplanation(
@@ -252,8 +242,8 @@ def _decision(
     active = [o for o in observations if o.state == ObservationState.ACTIVE]
     if viewer.is_admin:
         admins = ", ".join(sorted(viewer.principals & admin_principals(settings)))
-        return (True, f"admin ({admins}): grants ignored, an active observation exists") if active else (
-            False, f"admin ({admins}), but no active observation")
+        return (True, f"sees everything as admin ({admins}): grants ignored, an active observation exists") if active else (
+            False, f"sees everything as admin ({admins}), but no active observation")
     if not viewer.principals:
         return False, "no principals after normalization: nothing is visible"
     deny = next((g for g in facts.grants if g.effect == GrantEffect.DENY), None)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,7 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwt import JWTClaimsRegistry
 
-from ki_core.acl import admin_principals, canonical_principal, normalize_principal, principal_aliases
+from ki_core.principals import assertion_refusal, principals_from_claims
 from ki_core.config import JwtSettings, Settings
 from ki_query.token_keys import KeysUnavailable, issuer_keys, static_key
 
@@ -62,12 +61,10 @@ def _check_assertable(settings: Settings, key_name: str, patterns: list[str], pr
     Compared as the scope compiler will see the name (normalized, alias-mapped),
     so an alias of an admin principal is an admin principal too.
     """
-    canonical = canonical_principal(principal, principal_aliases(settings))
-    normalized = normalize_principal(principal)
-    exact = {normalize_principal(p) for p in patterns}
-    if canonical in admin_principals(settings) and not {canonical, normalized} & exact:
+    refusal = assertion_refusal(principal, patterns, settings)
+    if refusal == "admin":
         raise Forbidden(f"API key {key_name!r} may not act on behalf of the admin principal {principal!r}")
-    if not any(fnmatchcase(name, normalize_principal(p)) for p in patterns for name in (normalized, canonical)):
+    if refusal == "pattern":
         raise Forbidden(f"API key {key_name!r} may not act on behalf of {principal!r} "
                         "(security.api_keys.*.on_behalf_of_principals)")
 
@@ -112,17 +109,12 @@ def _reason(exc: Exception) -> str:
 
 
 def token_principals(config: JwtSettings, claims: dict[str, Any]) -> tuple[str, ...]:
-    """The one mapping of a token's claims to principals: the user, the same user by other claims
-    (aliases in the scope compiler map them to the canonical name), and the groups under their prefix.
-
-    Issue 41's identity module (ki_core.principals) takes over this rule; it stays here until then.
-    """
-    principals = [str(claims[config.principal_claim])]
-    principals += [str(claims[c]) for c in config.also_principal_claims if isinstance(claims.get(c), str)]
+    """The claims a firm configured, handed to the one rule of ki_core.principals: the user, the same user
+    by other claims (aliases in the scope compiler map them to the canonical name), and the groups."""
     groups = claims.get(config.groups_claim) if config.groups_claim else None
-    if isinstance(groups, list):
-        principals += [config.groups_prefix + str(g).lstrip("/") for g in groups if str(g).strip("/")]
-    return tuple(dict.fromkeys(principals))
+    also = [claims[c] for c in config.also_principal_claims if isinstance(claims.get(c), str)]
+    return principals_from_claims(str(claims[config.principal_claim]), groups if isinstance(groups, list) else None,
+                                  also)
 
 
 def resolve_identity(

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from ki_core.acl import Viewer, expand_principal_paths, paths_by_stored_name, principal_aliases, viewer_for
+from ki_core.acl import Viewer
+from ki_core.principals import caller_paths, stored_paths, viewer_for
 from ki_core.config import Settings
 from ki_core.db import read_transaction
 from ki_core.embedding import Embedder
@@ -329,8 +330,7 @@ class RetrievalService:
         verified: dict[int, VerifiedChunk],
     ) -> dict[int, HitExplanation]:
         facts = {verified[c.chunk_id].facts.version.id: verified[c.chunk_id].facts for c in page}
-        paths = {} if viewer.is_admin else paths_by_stored_name(
-            expand_principal_paths(session, principals, self.settings), principal_aliases(self.settings))
+        paths = {} if viewer.is_admin else stored_paths(caller_paths(session, principals, self.settings), self.settings)
         granted = grant_paths(session, paths, facts.values(), viewer.acl_mode)
         return {
             c.chunk_id: HitExplanation(

@@ -47,17 +47,13 @@ from sqlalchemy.orm import Session
 from ki_core.acl import (
     AclMode,
     Viewer,
-    canonical_principals,
-    expand_groups,
     in_set,
     in_set_not_leading,
-    principal_aliases,
-    viewer_for,
-    viewer_of,
     viewer_predicate,
     visible_document_ids,
     visible_versions,
 )
+from ki_core.principals import canonical_principals, unknown_principals, viewer_for, viewer_of_canonical
 from ki_core.config import Settings, get_settings
 from ki_core.db import read_transaction
 from ki_core.grants import current_access_generation
@@ -669,7 +665,7 @@ class AccessService:
             if cached is not None and cached.generation == generation:
                 return cached
             canonical = key[0]
-            viewer = viewer_of(frozenset(expand_groups(session, canonical, principal_aliases(self.settings))), self.settings)
+            viewer = viewer_of_canonical(session, canonical, self.settings)
             scope = compile_for_viewer(session, viewer, project_id, generation)
         self._cache.put(key, scope)
         return scope
@@ -695,6 +691,11 @@ class AccessService:
         with self._reading() as session:
             viewer = viewer_for(session, principals, self.settings)
             return set(visible_document_ids(session, viewer, project_id))
+
+    def unknown_principals(self, principals: Iterable[str]) -> list[str]:
+        """The caller's names no grant, membership, alias or API key of this store knows (ki_core.principals)."""
+        with self._reading() as session:
+            return unknown_principals(session, principals, self.settings)
 
     def explain(self, principal: str, document_id: str) -> AccessExplanation:
         with self._reading() as session:

@@ -46,6 +46,7 @@ from ki_core.grants import bumped_once
 from ki_workers.app import EXTRACT_METADATA_MANY, INGEST, INGEST_MANY, REINDEX_ACCESS, start_task
 from ki_workers.context import WorkerContext
 from ki_workers.sources.local_fs import Manifest, ManifestEntry, document_key, iter_files, load_manifest
+from ki_workers.stages.convert import supported_file_name
 from ki_workers.stages.embed_index import deferred_index_writes, flush_if_waiting
 from ki_workers.stages.ingest import IngestResult, ingest_bytes, retire_object
 from ki_workers.stages.record_metadata import (
@@ -96,6 +97,8 @@ class SyncSummary:
     outcomes: dict[str, int] = field(default_factory=dict)
     errors: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # Files of a type no converter reads: skipped, not failed, and named in one summary line.
+    unsupported: list[str] = field(default_factory=list)
     excluded: int = 0
     # None: not looked for (a sync of single files does not prune).
     pruned: int | None = 0
@@ -307,7 +310,12 @@ def _ingest_files(ctx, files, manifest, target, selection, summary, seen, on_fil
         summary.files += 1
         reason = selection.too_large(file.size)
         large = file.size >= selection.large_bytes
-        if reason is not None:
+        if not supported_file_name(file.relative):
+            summary.unsupported.append(file.relative)
+            summary.count("unsupported")
+            if on_file:
+                on_file(file.relative, {"outcome": "unsupported"})
+        elif reason is not None:
             send()
             summary.skipped.append((file.relative, reason))
             summary.count("skipped")

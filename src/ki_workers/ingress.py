@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ki_core.config import Settings, get_settings
 from ki_core.db import engine_from_settings, session_factory
 from ki_core.models import EventStatus
-from ki_core.openapi import without_validation_422
+from ki_core.openapi import offline_docs, without_validation_422
 from ki_workers import telemetry
 from ki_workers.event_inbox import AcceptOutcome, Accepted, UnknownSource, accept_event, dispatch_events, dms_source
 from ki_workers.handover import Handover
@@ -398,11 +398,13 @@ def create_ingress_app(settings: Settings | None = None) -> FastAPI:
             state.store_threads.shutdown(wait=True)
             engine.dispose()
 
-    app = FastAPI(title="LegalMemory knowledge index: DMS ingress", version="1", lifespan=lifespan)
+    app = FastAPI(title="LegalMemory knowledge index: DMS ingress", version="1", lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
     app.include_router(create_ingress_router(state))
     app.state.ingress = state
     _publish_event_schema(app)
     without_validation_422(app)
+    offline_docs(app)
     return app
 
 

@@ -106,6 +106,28 @@ def test_explain_names_the_rule_and_the_group_path(world: World) -> None:
     assert "known ACL" in result.output
 
 
+def test_explain_takes_a_unique_id_prefix_as_ki_get_does(world: World) -> None:
+    memo = world.documents["memo.docx"].id
+    result = ki("explain", "alice", memo[:6].upper())
+    assert result.exit_code == 0, result.output
+    assert "mandant-a/memo.docx is visible to alice" in result.output
+    granted = ki("grant", "bob", "--project", "mandant-a", "--document", memo[:8], "--deny")
+    assert granted.exit_code == 0 and "deny bob on mandant-a/memo.docx" in granted.output
+
+
+def test_explain_says_an_admin_sees_everything_as_admin(world: World) -> None:
+    result = ki("explain", "role:admin", "mandant-a/memo.docx")
+    assert result.exit_code == 0, result.output
+    assert "sees everything as admin" in result.output.splitlines()[0]
+
+
+def test_explain_warns_when_the_principal_is_unknown_to_the_store(world: World) -> None:
+    typo = ki("explain", "alcie", "mandant-a/memo.docx")
+    assert typo.exit_code == 0
+    assert "unknown principal(s) 'alcie'" in typo.stderr
+    assert "unknown" not in ki("explain", "alice", "mandant-a/memo.docx").stderr
+
+
 def test_explain_a_local_file_before_and_after_a_grant(world: World) -> None:
     before = ki("explain", "alice", "mandant-a/contracts/lease.pdf")
     assert before.exit_code == 0, before.output

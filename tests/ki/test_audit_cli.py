@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ki.cli import app
-from ki.commands.audit import CSV_COLUMNS
+from ki.commands.permissions.audit import CSV_COLUMNS
 from ki_core.config import load_settings
 from ki_query.audit import AuditAction, AuditEntry, Surface, audit_log
 

@@ -18,9 +18,9 @@ HEAVY = (
     "ki_core.config", "ki_core.models", "ki_core.search", "ki_core.identifiers", "ki_query", "ki_workers",
 )
 OWN_COMMAND_MODULES = (
-    "ki.errors", "ki.commands", "ki.commands.access", "ki.commands.ask", "ki.commands.config", "ki.commands.corpus",
-    "ki.commands.demo", "ki.commands.eval", "ki.commands.events", "ki.commands.identifiers", "ki.commands.query",
-    "ki.commands.store", "ki.commands.ingest", "ki.commands.writer", "ki.commands.store_move", "ki.commands.keys", "ki.commands.delete", "ki.commands.projects",
+    "ki.errors", "ki.commands", "ki.commands.permissions.access", "ki.commands.reading.ask", "ki.commands.storage.config", "ki.commands.corpora.corpus",
+    "ki.commands.corpora.demo", "ki.commands.corpora.eval", "ki.commands.storage.events", "ki.commands.reading.identifiers", "ki.commands.reading.query",
+    "ki.commands.storage.store", "ki.commands.storage.ingest", "ki.commands.storage.writer", "ki.commands.storage.store_move", "ki.commands.permissions.keys", "ki.commands.storage.delete", "ki.commands.storage.projects",
 )
 
 
@@ -43,14 +43,14 @@ def test_importing_the_cli_imports_nothing_heavy() -> None:
 
 
 def test_the_cli_s_corpus_kinds_are_the_model_s() -> None:
-    from ki.commands.corpus import CorpusKindName
+    from ki.commands.corpora.corpus import CorpusKindName
     from ki_core.models.corpora import CorpusKind
 
     assert get_args(CorpusKindName) == tuple(kind.value for kind in CorpusKind)
 
 
 def test_the_cli_s_event_statuses_are_the_model_s() -> None:
-    from ki.commands.events import EventStatusName
+    from ki.commands.storage.events import EventStatusName
     from ki_core.models import EventStatus
 
     assert get_args(EventStatusName) == tuple(status.value for status in EventStatus)

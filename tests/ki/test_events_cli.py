@@ -11,7 +11,7 @@ import typer
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
-from ki.commands import events
+from ki.commands.storage import events
 from ki_core.config import load_settings
 from ki_core.db import make_engine, session_factory
 from ki_core.models import DocumentVersion, EventStatus, IngestEvent

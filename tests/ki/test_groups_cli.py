@@ -27,6 +27,14 @@ def test_a_local_member_sees_what_the_group_may_see(world: World) -> None:
     assert "already local members of litigation; nothing changed" in ki("add", "litigation", "CAROL").output
 
 
+def test_a_group_added_without_the_prefix_meets_a_grant_naming_group_prefix(world: World) -> None:
+    assert ki("add", "partner", "carol").exit_code == 0
+    granted = runner.invoke(app, ["access", "grant", "group:partner", "--project", "mandant-a"])
+    assert granted.exit_code == 0, granted.output
+    assert visible_to("carol", "mandant-a/contracts/lease.pdf")
+    assert visible_to("group:partner", "mandant-a/contracts/lease.pdf")
+
+
 def test_the_list_says_where_each_membership_comes_from(world: World) -> None:
     ki("add", "litigation", "carol")
     ki("add", "partners", "erin")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session
 
-from ki_core.acl import Viewer, viewer_for
+from ki_core.acl import Viewer
+from ki_core.principals import viewer_for
 from ki_core.models import Document, DocumentVersion
 from ki_query.id_prefix import AmbiguousId, IdNotFound, resolve_visible_id
 from tests.ki_core.access_world import World

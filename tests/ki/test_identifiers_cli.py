@@ -7,7 +7,7 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from ki.commands.identifiers import register
+from ki.commands.reading.identifiers import register
 
 runner = CliRunner()
 

@@ -48,6 +48,17 @@ def test_excluded_and_oversized_files_are_left_out_and_the_rest_exits_0(store: P
     assert "excluded (--exclude)" in result.output and "kaputt.pdf" not in result.output
 
 
+def test_files_of_a_type_ki_does_not_read_are_skipped_in_one_line_and_the_exit_stays_0(store: Path) -> None:
+    (store / "tabelle.xyz").write_bytes(b"\x00\x01")
+    (store / "export.log").write_text("log", encoding="utf-8")
+    (store / "server.log").write_text("log", encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(store), "--project", "mietsache", "--exclude", "kaputt.pdf"])
+    assert result.exit_code == 0, result.output
+    skipped = [line for line in result.output.splitlines() if "of a type ki does not read" in line]
+    assert skipped == ["skipped 3 file(s) of a type ki does not read: .log (2), .xyz (1)"]
+    assert "failed" not in result.output
+
+
 def test_off_a_terminal_progress_is_plain_lines_and_a_large_file_is_announced(store: Path) -> None:
     (store / "protokoll.txt").write_text("Zeugenaussage zur Heizung. " * 100_000, encoding="utf-8")  # ~2.7 MB
     result = runner.invoke(app, ["ingest", str(store), "--project", "mietsache", "--exclude", "kaputt.pdf"])

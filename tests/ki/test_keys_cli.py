@@ -65,21 +65,48 @@ def test_a_created_key_searches_as_its_principals_and_a_revoked_one_gets_401(
     assert search_as_key(outsider).status_code == 200
 
 
-def test_only_the_sha256_is_written_and_the_rest_of_the_file_stays_as_it_was(config_file: Path) -> None:
-    before = json.loads(config_file.read_text(encoding="utf-8"))
-
+def test_only_the_sha256_is_written_to_the_keys_file_and_config_json_stays_as_it_was(config_file: Path) -> None:
     key = created_key("frontend", "--principal", "svc:frontend", "--on-behalf-of")
 
-    text = config_file.read_text(encoding="utf-8")
+    assert config_file.read_bytes() == SHIPPED_CONFIG.read_bytes(), "the tracked config.json is never written"
+    keys_file = Path(".ki/api_keys.json")
+    text = keys_file.read_text(encoding="utf-8")
     assert key not in text
-    after = json.loads(text)
-    assert after["security"]["api_keys"] == {
+    assert json.loads(text) == {
         "frontend": {"sha256": key_digest(key), "principals": ["svc:frontend"], "on_behalf_of": True},
     }
-    after["security"]["api_keys"] = {}
-    assert after == before
+    assert keys_file.stat().st_mode & 0o777 == 0o600
     assert ki("keys", "revoke", "frontend").exit_code == 0
-    assert config_file.read_bytes() == SHIPPED_CONFIG.read_bytes(), "byte for byte: order, indentation, newline"
+    assert json.loads(keys_file.read_text(encoding="utf-8")) == {}
+
+
+def test_the_server_reads_keys_from_config_the_environment_and_the_keys_file_alike(
+    store: Path, config_file: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    ingested(store, "anna")
+    from_file = created_key("from-file", "--principal", "anna")
+    monkeypatch.setenv("KI_SECURITY__API_KEYS", json.dumps(
+        {"from-env": {"sha256": key_digest("ki_env-key"), "principals": ["anna"]}}))
+
+    assert search_as_key(from_file).json()["hits"]
+    assert search_as_key("ki_env-key").json()["hits"]
+    listed = ki("keys", "list").output
+    assert "from-file" in listed and "from-env" in listed
+
+
+def test_a_keys_file_elsewhere_is_read_once_configured(
+    store: Path, config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    ingested(store, "anna")
+    elsewhere = tmp_path / "secrets" / "keys.json"
+    result = ki("keys", "create", "app", "--principal", "anna", "--keys-file", str(elsewhere))
+    assert result.exit_code == 0, result.output
+    assert "only once security.api_keys_file" in result.stderr
+    key = result.stdout.strip()
+    assert search_as_key(key).status_code == 401
+
+    monkeypatch.setenv("KI_SECURITY__API_KEYS_FILE", str(elsewhere))
+    assert search_as_key(key).status_code == 200
 
 
 def test_an_existing_name_is_refused_unless_replaced_and_the_old_key_stops_working(
@@ -107,14 +134,15 @@ def test_the_list_shows_names_principals_and_delegation_but_no_hashes(config_fil
     assert key_digest(key) not in listed.output and key not in listed.output
 
 
-def test_without_a_config_file_one_is_created_in_the_working_directory() -> None:
+def test_without_a_config_file_none_is_created_and_the_key_lands_under_the_state_directory() -> None:
     first = ki("keys", "create", "anna", "--principal", "anna.berg")
 
     assert first.exit_code == 0, first.output
-    assert "config.json (created)" in first.stderr
+    assert "api_keys.json (created)" in first.stderr
     key = first.stdout.strip()
-    written = json.loads(Path("config.json").read_text(encoding="utf-8"))
-    assert written["security"]["api_keys"]["anna"]["sha256"] == key_digest(key)
+    assert not Path("config.json").exists()
+    written = json.loads(Path(".ki/api_keys.json").read_text(encoding="utf-8"))
+    assert written["anna"]["sha256"] == key_digest(key)
     assert load_settings().security.api_keys["anna"].principals == ["anna.berg"]
 
 

@@ -75,6 +75,33 @@ def test_search_rows_name_the_file_and_show_whole_ids_that_every_command_takes(l
         assert taken.exit_code == 0, (command, taken.output)
 
 
+def test_below_120_columns_each_hit_is_a_block_of_whole_lines_not_a_squeezed_table(listed: dict[str, dict]) -> None:
+    from typer.testing import CliRunner
+
+    narrow = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["search", "Heizungsausfall Miete", "--as", "anna"])
+
+    assert narrow.exit_code == 0, narrow.output
+    letter = listed["schreiben-heizung"]
+    lines = narrow.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert any(letter["document_id"] in line for line in lines) and any(letter["version_id"] in line for line in lines)
+    assert "schreiben-mieterin.txt" in narrow.stdout
+    excerpt = " ".join(letter["citation"]["excerpt"].split())[:40]
+    assert excerpt in " ".join(narrow.stdout.split()), "the excerpt reads as text, not a column a few letters wide"
+    assert "┃" not in narrow.stdout, "no table header"
+
+
+def test_an_unknown_principal_is_named_on_stderr_and_strict_makes_it_a_usage_error(listed: dict[str, dict]) -> None:
+    typo = ki("search", "Heizungsausfall Miete", "--as", "unknown.user")
+    known = ki("search", "Heizungsausfall Miete", "--as", "anna", "--as", "Group:Anna")
+    strict = ki("list", "--as", "unknown.user", "--strict")
+
+    assert typo.exit_code == 0 and "no hits" in typo.stdout
+    assert typo.stderr.count("\n") == 1 and "unknown principal(s) 'unknown.user'" in typo.stderr
+    assert known.exit_code == 0 and known.stderr == ""
+    assert strict.exit_code == 2 and "'unknown.user'" in strict.stderr
+
+
 def test_explain_renders_legs_fusion_boost_access_and_grants_whole_and_json_is_the_machine_form(
     listed: dict[str, dict],
 ) -> None:

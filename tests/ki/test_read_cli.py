@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import select, update
 
-from ki.commands import query
+from ki.commands.reading import query
 from ki_core.config import load_settings
 from ki_core.db import engine_from_settings
 from ki_core.models import Document, DocumentVersion

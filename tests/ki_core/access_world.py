@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from ki_core import grants
-from ki_core.acl import viewer_for, visible_versions
+from ki_core.acl import visible_versions
+from ki_core.principals import viewer_for
 from ki_core.config import Settings
 from ki_core.models import (
     Document,

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 
-from ki_core.acl import access_projection, principal_aliases
+from ki_core.principals import index_projection
 from ki_core.config import Settings
 from ki_core.models import (
     Document,
@@ -338,8 +338,7 @@ def describe(scope, world: World, documents: set[str], spec: Spec) -> None:
 
 
 def check_projection(world: World, reference: Reference) -> None:
-    projection = access_projection(world.session, [v.id for v in world.versions.values()],
-                                   acl_mode=reference.spec.mode, aliases=principal_aliases(world.settings))
+    projection = index_projection(world.session, [v.id for v in world.versions.values()], world.settings)
     for name, version in world.versions.items():
         index = int(name[1:])
         allowed, denied = projection[version.id]

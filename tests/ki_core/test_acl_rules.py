@@ -6,17 +6,16 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ki_core.acl import (
-    access_projection,
-    canonical_principals,
-    expand_principal_paths,
-    expand_principals,
-    normalize_principal,
-    version_predicate,
-    viewer_for,
-    visible_versions,
-)
+from ki_core.acl import access_projection, version_predicate, visible_versions
 from ki_core.config import Settings
+from ki_core.principals import (
+    caller_paths,
+    canonical_principals,
+    expand_principals,
+    index_projection,
+    normalize_principal,
+    viewer_for,
+)
 from ki_core.models import DocumentAccessSummary, DocumentVersion, SourceObject
 from tests.ki_core.access_world import World, dms_object, local_file, sees
 
@@ -85,7 +84,8 @@ def test_the_index_projection_names_an_aliased_principal_once_by_its_canonical_n
     aliases = {"jdoe": "john.doe", "j.doe": "john.doe"}
     plain = access_projection(world.session, [world.versions["v"].id])[world.versions["v"].id]
     assert plain == (("erika", "jdoe"), ("j.doe",))
-    projected = access_projection(world.session, [world.versions["v"].id], aliases=aliases)
+    settings = Settings(security={"principal_aliases": aliases})
+    projected = index_projection(world.session, [world.versions["v"].id], settings)
     assert projected[world.versions["v"].id] == (("erika",), ("john.doe",))
 
 
@@ -93,7 +93,7 @@ def test_group_expansion_follows_nested_groups_and_stops_on_cycles(world: World)
     world.members("team", ["alice"])
     world.members("firm", ["team", "firm"])
     world.members("team", ["alice", "firm"])
-    paths = expand_principal_paths(world.session, ["Alice"], world.settings)
+    paths = caller_paths(world.session, ["Alice"], world.settings)
     assert set(paths) == {"alice", "team", "firm"}
     assert paths["firm"] == ("alice", "team", "firm")
 

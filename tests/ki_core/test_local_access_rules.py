@@ -8,7 +8,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ki_core import grants
-from ki_core.acl import access_projection, viewer_for
+from ki_core.acl import access_projection
+from ki_core.principals import viewer_for
 from ki_core.config import Settings
 from ki_core.models import Grant, GrantScope
 from ki_query.scope import AccessService

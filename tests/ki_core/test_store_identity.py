@@ -26,7 +26,7 @@ runner = CliRunner(env={"COLUMNS": "250"})
 
 def forget_the_service() -> None:
     """Each `ki` run is a process of its own: no query service (and its connections) carried over."""
-    from ki.commands import query
+    from ki.commands.reading import query
 
     if query._service.cache_info().currsize:
         query._service().close()

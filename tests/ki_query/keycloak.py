@@ -45,7 +45,7 @@ def issuer() -> str:
 def jwt_settings(issuer: str, **overrides) -> JwtSettings:
     """How a firm points ki at its directory: discovery from the issuer, the username and groups claims."""
     return JwtSettings(issuer=issuer, audience=AUDIENCE, principal_claim="preferred_username",
-                       also_principal_claims=["email"], groups_prefix=GROUP_PREFIX, **overrides)
+                       also_principal_claims=["email"], **overrides)
 
 
 def oidc_settings() -> OidcSettings:

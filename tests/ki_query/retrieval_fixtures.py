@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from ki.commands.store import prepare_store
+from ki.commands.storage.store import prepare_store
 from ki_core.config import Settings, get_settings
 from ki_core.embedding import HashingEmbedder
 from ki_core.grants import GrantTarget, grant, replace_group_members

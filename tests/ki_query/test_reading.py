@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from mcp.client.client import Client
 
-from ki.commands.store import prepare_store
+from ki.commands.storage.store import prepare_store
 from ki_core.config import get_settings
 from ki_core.embedding import HashingEmbedder
 from ki_core.grants import GrantTarget, grant, revoke

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
-from ki_core.acl import viewer_for
+from ki_core.principals import viewer_for
 from ki_core.bulk_rows import write_rows
 from ki_core.config import Settings
 from ki_core.models import (

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ki.commands.store import prepare_store
+from ki.commands.storage.store import prepare_store
 from ki_core.config import get_settings
 from ki_core.embedding import EmbedderWrapper, HashingEmbedder
 from ki_workers.context import reset_worker_context, worker_context

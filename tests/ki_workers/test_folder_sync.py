@@ -256,3 +256,31 @@ def test_a_long_sync_sets_the_start_up_heap_aside_from_collection_and_hands_it_b
     assert summary.outcomes == {"new": LONG_SYNC_FILES}
     assert min(frozen_during) > 10_000, "the objects alive at the start are exempt while the sync runs"
     assert gc.get_freeze_count() == 0, "and none stays exempt after it"
+
+
+def test_many_small_files_embedded_together_report_their_progress_too(ctx, tmp_path: Path) -> None:
+    """`make demo` piped sat silent for minutes: small files' chunks wait and are embedded in one go at the end."""
+    folder = tmp_path / "viele"
+    folder.mkdir()
+    paragraph = "Der Mieter zeigt an, dass die Heizung ausgefallen ist, und kündigt eine Minderung der Miete an. "
+    for number in range(12):
+        (folder / f"brief-{number:02d}.txt").write_text(paragraph * 60, encoding="utf-8")
+    progress: list[tuple[str, int, int]] = []
+
+    summary = sync_folder(ctx, folder, "mietsache", on_chunks=lambda relative, done, total: progress.append(
+        (relative, done, total)))
+
+    assert summary.outcomes == {"new": 12}
+    assert progress, "the waiting chunks' embedding is reported"
+    assert progress[-1][1] == progress[-1][2] and progress[-1][0].startswith("brief-")
+
+
+def test_files_of_a_type_ki_does_not_read_are_skipped_not_failed(ctx, matter_folder: Path) -> None:
+    (matter_folder / "tabelle.xyz").write_bytes(b"\x00\x01")
+    (matter_folder / "LIESMICH").write_text("ohne Endung", encoding="utf-8")
+
+    summary = sync_folder(ctx, matter_folder, "mietsache")
+
+    assert summary.errors == []
+    assert sorted(summary.unsupported) == ["LIESMICH", "tabelle.xyz"]
+    assert summary.outcomes == {"new": 3, "unsupported": 2}

@@ -19,7 +19,7 @@ from celery._state import task_join_will_block
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
-from ki.commands.store import prepare_store
+from ki.commands.storage.store import prepare_store
 from ki_core.config import Settings, load_settings
 from ki_core.models import Chunk, DocumentVersion, EventStatus, IngestEvent, ProcessingState
 from ki_core.models.base import utcnow

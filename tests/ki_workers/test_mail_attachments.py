@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from ki_core.acl import viewer_for
+from ki_core.principals import viewer_for
 from ki_core.grants import GrantTarget, grant, replace_group_members
 from ki_core.models import Chunk, Document, DocumentVersion, ProcessingState, Project, RelationKind, Source
 from ki_core.models.base import utcnow

@@ -22,6 +22,7 @@ import fcntl
 import logging
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -86,27 +87,50 @@ _ABSENT = object()
 
 
 class IndexLockedError(RuntimeError):
-    """Another process holds the embedded index's writer lock."""
+    """Another process holds the embedded index's writer lock; the message names that process."""
 
-    def __init__(self, lock_path: Path):
+    def __init__(self, lock_path: Path, holder: str = ""):
         self.lock_path = lock_path
+        self.holder = holder or "another process"
         super().__init__(
-            f"the embedded search index is being written by another process (lock {lock_path} is held); "
+            f"the embedded search index is being written by {self.holder} (lock {lock_path} is held); "
             "it has a single writer: open it read-only, or stop the other writer"
         )
 
 
 def acquire_writer_lock(lock_path: Path) -> int:
-    """An exclusive flock held for the writer's lifetime; the kernel releases it if the process dies."""
+    """An exclusive flock held for the writer's lifetime; the kernel releases it if the process dies.
+
+    The holder writes its pid and command into the file, so a refused writer can say who holds it.
+    """
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise IndexLockedError(lock_path) from None
+        raise IndexLockedError(lock_path, _lock_holder(lock_path)) from None
     os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    os.write(fd, f"{os.getpid()}\n{_this_command()}\n".encode())
     return fd
+
+
+def _this_command() -> str:
+    """`ki serve`, `ki ingest`, `celery worker`: the program's name and its first argument
+    (`python -m ki.cli serve` runs .../ki/cli.py: its package names it)."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("python")
+    name = program.parent.name if program.suffix == ".py" else program.name
+    return " ".join([name, *sys.argv[1:2]])
+
+
+def _lock_holder(lock_path: Path) -> str:
+    """`ki serve (pid 4242)` from the lock file the holder wrote ('' when it says nothing)."""
+    try:
+        pid, _, command = lock_path.read_text(encoding="utf-8").strip().partition("\n")
+    except OSError:
+        return ""
+    if not pid.strip().isdigit():
+        return ""
+    return f"`{command.strip()}` (pid {pid.strip()})" if command.strip() else f"pid {pid.strip()}"
 
 
 @dataclass

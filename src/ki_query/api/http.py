@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ki_core.config import Settings
 from ki_core.models import RelationKind
-from ki_core.openapi import without_validation_422
+from ki_core.openapi import offline_docs, without_validation_422
 from ki_core.search.types import SearchFilters
 from ki_query.federation.search import FederatedAnswer, FederatedSearch, FederatedSearchOnFirstUse
 from ki_query.graph import MAX_TRAVERSAL_DEPTH
@@ -88,14 +88,14 @@ def create_query_app(
 
     prefix="" gives an app to mount under /v1 of another one (`ki serve` with the ingress).
     """
-    app = FastAPI(title="LegalMemory knowledge index: query API", version="1")
+    app = FastAPI(title="LegalMemory knowledge index: query API", version="1", docs_url=None, redoc_url=None)
     app.include_router(query_router(settings, service, prefix, federated or FederatedSearchOnFirstUse(service)))
     for exc_type, status in REFUSAL_STATUS:
         app.add_exception_handler(exc_type, _handler(status))
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.middleware("http")(_not_stored)
     without_validation_422(app)
-    return app
+    return offline_docs(app)
 
 
 async def _not_stored(request: Request, call_next) -> Response:

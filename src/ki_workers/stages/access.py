@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ki_core.acl import access_projection, in_set, principal_aliases
+from ki_core.acl import in_set
+from ki_core.principals import index_projection
 from ki_core.models import Chunk, DocumentVersion, ProcessingState
 from ki_core.search.index import BulkOperation, DeleteOp, UpdateAccessOp
 from ki_core.search.types import AccessProjection
@@ -52,8 +53,7 @@ def _plan(session: Session, version_ids: list[str], ctx: WorkerContext):
     restore_ids = [v.id for v in versions if v.indexed_access_version is None and v.id in observed]
     operations: list[BulkOperation] = []
     watermarks: dict[str, int | None] = {}
-    projections = access_projection(session, update_ids, acl_mode=ctx.settings.security.source_acl_mode,
-                                    aliases=principal_aliases(ctx.settings))
+    projections = index_projection(session, update_ids, ctx.settings)
     for version in (v for v in in_index if v.id in observed):
         allowed, denied = projections.get(version.id, ((), ()))
         chunk_ids = _chunk_ids(session, version.id)

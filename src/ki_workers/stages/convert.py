@@ -205,6 +205,11 @@ def library_output_captured() -> Iterator[LibraryOutput]:
                 logger.propagate = propagate
 
 
+def supported_file_name(filename: str) -> bool:
+    """Whether a file of this name can be converted at all (by its suffix, as a folder file is)."""
+    return PurePosixPath(filename.replace("\\", "/")).suffix.lower() in _MEDIA_BY_SUFFIX
+
+
 def resolve_media_type(filename: str, media_type: str | None) -> str:
     declared = (media_type or "").split(";")[0].strip().lower()
     if declared in _MEDIA_BY_TYPE:

@@ -18,7 +18,8 @@ import numpy as np
 from sqlalchemy import Row, delete, func, select, update
 from sqlalchemy.orm import Session, defer
 
-from ki_core.acl import access_projection, in_set, principal_aliases
+from ki_core.acl import in_set
+from ki_core.principals import index_projection
 from ki_core.bulk_rows import write_rows
 from ki_core.config import Settings
 from ki_core.embedding import vector_signature
@@ -338,8 +339,7 @@ def plan_index_writes(session: Session, version_ids: list[str], settings: Settin
         )
     )
     observed = observed_objects(session, [v.id for v in versions])
-    projections = access_projection(session, list(observed), acl_mode=settings.security.source_acl_mode,
-                                    aliases=principal_aliases(settings))
+    projections = index_projection(session, list(observed), settings)
     chunks = _chunks_by_version(session, [v.id for v in versions])
     indexable = [v for v in versions if v.id in observed and v.processing_state != ProcessingState.FAILED]
     fields = _version_fields(session, indexable, observed)
@@ -546,7 +546,10 @@ def store_waiting_embeddings(ctx: WorkerContext) -> None:
     if writes is None or not writes.drafts:
         return
     drafted, writes.drafts = writes.drafts, []
-    for result in store_embeddings(ctx, drafted):
+    # Hundreds of small files' chunks go at once (minutes with e5-small): a watcher hears how far.
+    watcher = ctx.embed_progress
+    progress = (lambda done, total, of=drafted[-1].version_id: watcher(of, done, total)) if watcher else None
+    for result in store_embeddings(ctx, drafted, progress):
         writes.deletes.extend(result.removed_chunk_ids)
 
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ki_core.acl import viewer_for, visible_versions
+from ki_core.acl import visible_versions
+from ki_core.principals import viewer_for
 from ki_core.config import get_settings
 from ki_core.grants import AclEntry, GrantTarget, grant, replace_group_members, replace_object_acl, revoke
 from ki_core.models import (

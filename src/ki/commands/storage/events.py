@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ki.commands.store import prepare_store
+from ki.commands.storage.store import prepare_store
 from ki.errors import cli_errors
 
 # The values of ki_core.models.EventStatus, spelled out so the CLI need not import the ORM (SQLAlchemy,

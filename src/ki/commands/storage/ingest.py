@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ki.commands import progress_report
-from ki.commands.writer import no_other_writer, take_the_writer
+from ki.commands.storage.writer import no_other_writer, take_the_writer
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
@@ -36,8 +36,9 @@ def ingest(
     ),
     wait: float = typer.Option(
         0.0, "--wait", metavar="SECONDS", min=0,
-        help="When another process writes the embedded index (a running ki serve), wait this long for it "
-        "instead of stopping at once. Either way nothing is written before the index is ours.",
+        help="A running `ki serve` holds the embedded index's one writer from start to stop, so ingest is "
+        "refused then (exit 3, naming the holder); wait this long for it instead. Either way nothing is "
+        "written before the index is ours.",
     ),
 ) -> None:
     """Ingest every file under PATH: convert, extract metadata, chunk, embed, index.
@@ -47,7 +48,8 @@ def ingest(
     Running it twice reports the second time "unchanged". A document is
     searchable a few seconds after it is done, while the rest runs; Ctrl-C
     stops after the current step, keeping what is done (run it again to go on).
-    Exits 1 when any file failed, listing each with its reason.
+    Exits 1 when any file failed, listing each with its reason; files of a
+    type ki does not read are skipped and counted in one line.
 
     PATH may be a single file: it is ingested as part of the nearest folder
     ingested before that holds it (else its own folder), with that folder's
@@ -55,7 +57,7 @@ def ingest(
     """
     from rich.console import Console
 
-    from ki.commands.store import prepare_store
+    from ki.commands.storage.store import prepare_store
     from ki_core.config import load_settings
     from ki_workers.context import worker_context
     from ki_workers.folder_sync import FileSelection, sync_folder
@@ -149,10 +151,22 @@ def _print_summary(console: Console, summary: SyncSummary, new_chunks: int, eage
     console.print(table)
     for relative, reason in summary.skipped:
         console.print(f"[yellow]skipped[/] {relative}: {reason}", highlight=False)
+    if summary.unsupported:
+        console.print(f"[yellow]skipped[/] {_unsupported_line(summary.unsupported)}", highlight=False)
     for relative, reason in summary.errors:
         console.print(f"[red]failed[/] {relative}: {reason}", highlight=False)
     if summary.errors:
         console.print(f"{len(summary.errors)} of {summary.files} files failed", highlight=False)
+
+
+def _unsupported_line(files: list[str]) -> str:
+    """`3 files of a type ki does not read: .log (2), LIESMICH (1)`: one line, however many there are."""
+    from collections import Counter
+    from pathlib import PurePosixPath
+
+    kinds = Counter(PurePosixPath(f).suffix.lower() or PurePosixPath(f).name for f in files)
+    shown = ", ".join(f"{kind} ({count})" for kind, count in kinds.most_common())
+    return f"{len(files)} file(s) of a type ki does not read: {shown}"
 
 
 def worker(
@@ -183,7 +197,7 @@ def reindex(
     """
     from rich.console import Console
 
-    from ki.commands.store import prepare_store
+    from ki.commands.storage.store import prepare_store
     from ki_core.config import load_settings
     from ki_workers.context import worker_context
     from ki_workers.reindex import rebuild_index

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ki.commands.access import configured_store
+from ki.commands.permissions.access import configured_store
 from ki.errors import cli_errors
 
 groups_app = typer.Typer(

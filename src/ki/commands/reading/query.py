@@ -9,7 +9,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
@@ -25,6 +25,7 @@ decisions_app = typer.Typer(help="Decision records: what changed, why, and on wh
 console = Console()
 
 AS_HELP = "Principal to search as (repeat for groups); results are limited to what these may see."
+STRICT_HELP = "Exit 2 when an --as principal is unknown to this store (no grant, group, alias or API key names it)."
 
 
 @cache
@@ -76,13 +77,25 @@ def _filters(project, matter, doc_type, status, language, date_from, date_to, cl
     )
 
 
+def warn_unknown(principals: list[str], strict: bool = False) -> None:
+    """One stderr line naming --as principals the store knows nothing of: "no hits" then reads as a typo, not
+    as an empty result. Exit 0 stays unless --strict (exit 2, a usage error)."""
+    from ki_core.principals import unknown_warning
+
+    unknown = _service().access.unknown_principals(principals)
+    if unknown:
+        typer.echo(unknown_warning(unknown), err=True)
+        if strict:
+            raise typer.Exit(2)
+
+
 def _parse_date(value: str | None) -> date | None:
     return date.fromisoformat(value) if value else None
 
 
 def _visible_id(kind: IdKind, reference: str, principals: list[str]) -> str:
     """The whole id of what the caller may see that REFERENCE (an id or a unique prefix) names."""
-    from ki_core.acl import viewer_for
+    from ki_core.principals import viewer_for
     from ki_query.id_prefix import resolve_visible_id
 
     service = _service()
@@ -121,23 +134,51 @@ def search(
     limit: int = typer.Option(10, min=1),
     explain: bool = typer.Option(False, help="Show legs, fused score, boost and the grant path per hit."),
     as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
 ) -> None:
     """Search the index as a principal: access scope first, then the three legs, fusion and verification."""
     from ki_core.config import load_settings
     from ki_query.types import SearchRequest, check_query_length
 
     check_query_length(query, load_settings().retrieval.max_query_chars)  # before the index is opened
+    warn_unknown(as_, strict)
     filters = _filters(project, matter, doc_type, status, language, _parse_date(date_from), _parse_date(date_to), clause_type, chunk_kind)
     response = _service().search(SearchRequest(query=query, filters=filters, offset=offset, limit=limit, explain=explain), as_)
     if as_json:
         typer.echo(response.model_dump_json(indent=2))
         return
     title = escape(f"{query!r} as {', '.join(as_)}")
-    console.print(_hits_table(response.hits, title, ranked=True) if response.hits else f"{title}: no hits")
+    console.print(_hits_view(response.hits, title, ranked=True) if response.hits else f"{title}: no hits")
     if explain:
         for n, hit in enumerate(response.hits, start=1):
             if hit.explain is not None:
                 console.print(_explain_tree(n, hit, hit.explain))
+
+
+# Below this many columns the five-column table squeezes the excerpt into a sliver: one block per hit instead.
+WIDE_COLUMNS = 120
+
+
+def _hits_view(hits: list[Hit], title: str, ranked: bool) -> Table | Group:
+    return _hits_table(hits, title, ranked) if console.width >= WIDE_COLUMNS else _hits_blocks(hits, title, ranked)
+
+
+def _hits_blocks(hits: Iterable[Hit], title: str, ranked: bool) -> Group:
+    """The narrow layout: each hit as a few full-width lines (title and score, files, ids, version, excerpt)."""
+    blocks: list[str] = [f"[bold]{title}[/]"]
+    for n, hit in enumerate(hits, start=1):
+        citation = hit.citation
+        score = f"  [dim]score[/] {hit.score:.4f}" if ranked else ""
+        files = ", ".join(_file_names(citation.source_objects)) or citation.document.key
+        ids = f"\n   [cyan]{escape(', '.join(hit.matched_identifiers))}[/]" if hit.matched_identifiers else ""
+        blocks.append(
+            f"\n{n}. [bold]{escape(citation.document.title or citation.document.key)}[/]{score}\n"
+            f"   {escape(files)} [dim]({escape(citation.project.name)})[/]\n"
+            f"   {_version_cell(citation.version).replace(chr(10), ', ')}{ids}\n"
+            f"   [dim]doc[/] {hit.document_id}\n   [dim]ver[/] {hit.version_id}\n"
+            f"   {escape(citation.excerpt[:240])}"
+        )
+    return Group(*blocks)
 
 
 def _hits_table(hits: Iterable[Hit], title: str, ranked: bool) -> Table:
@@ -204,8 +245,10 @@ def search_filter_command(
     offset: int = typer.Option(0, min=0),
     limit: int = typer.Option(10, min=1),
     as_json: bool = typer.Option(False, "--json"),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
 ) -> None:
     """List documents by metadata only, newest first (no query text, no embedding)."""
+    warn_unknown(as_, strict)
     filters = _filters(project, matter, doc_type, status, None, _parse_date(date_from), _parse_date(date_to), None, None)
     response = _service().search_filter(filters, as_, offset, limit)
     if as_json:
@@ -213,7 +256,7 @@ def search_filter_command(
         return
     title = _listing_title(as_, project=project, matter=matter, doc_type=doc_type, status=status,
                            date_from=date_from, date_to=date_to)
-    console.print(_hits_table(response.hits, title, ranked=False) if response.hits else f"{title}: none")
+    console.print(_hits_view(response.hits, title, ranked=False) if response.hits else f"{title}: none")
 
 
 def _listing_title(principals: list[str], **given: str | None) -> str:
@@ -380,12 +423,22 @@ def decisions_search(query: str, as_: list[str] = typer.Option(..., "--as", help
 SHUTDOWN_SECONDS = 5
 
 
+@cli_errors
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000),
 ) -> None:
-    """Serve the query API (/v1), MCP for AI assistants (/mcp) and the DMS webhook ingress in one process."""
+    """Serve the query API (/v1), MCP for AI assistants (/mcp) and the DMS webhook ingress in one process.
+
+    On the embedded store it holds the index's one writer from start to stop: while it runs, ki ingest
+    and ki reindex are refused (exit 3, naming this server), or ki ingest --wait waits for it.
+    """
     import uvicorn
+
+    from ki.commands.storage.writer import hold_the_writer
+    from ki_core.config import load_settings
+
+    hold_the_writer(load_settings())
 
     # On SIGTERM uvicorn waits for open requests; a search is bounded by retrieval.query_budget_seconds,
     # so a few seconds more than that is enough, and a hung client cannot hold the shutdown.

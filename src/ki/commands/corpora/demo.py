@@ -12,7 +12,7 @@ from rich.console import Console
 from ki.errors import cli_errors
 
 # The repository's examples/ (editable install, `make demo`), else ./examples.
-_REPO_EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+_REPO_EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 REPO_EXAMPLES = _REPO_EXAMPLES if _REPO_EXAMPLES.is_dir() else Path("examples")
 
 
@@ -26,7 +26,7 @@ def demo(
     Exits non-zero if any claim fails: the walled lawyer sees a walled document,
     a pasted case number does not rank first, the executed contract loses the collapse, ...
     """
-    from ki.commands.store import prepare_store
+    from ki.commands.storage.store import prepare_store
     from ki.demo import run_tour
     from ki_core.config import get_settings
     from ki_workers.context import reset_worker_context, worker_context

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
     from ki_workers.context import WorkerContext
 
+# The rule, as --help, the README and the refusal state it.
+WRITER_RULE = ("The embedded index has one writer: `ki serve` holds it from start to stop, so while it runs "
+               "ki ingest and ki reindex are refused (exit 3) or, ki ingest with --wait, wait for it.")
+
 # How often a waiting command tries the lock again.
 RETRY_SECONDS = 1.0
 
@@ -31,6 +35,20 @@ class WriterBusy(RuntimeError):
 def take_the_writer(ctx: WorkerContext, wait_seconds: float, console: Console) -> None:
     """Open ctx's index for writing now; wait up to WAIT_SECONDS for another writer, saying so once."""
     _until_free(ctx.index, wait_seconds, console)
+
+
+def hold_the_writer(settings: Settings) -> None:
+    """`ki serve` on the embedded store takes the writer at start and keeps it until it stops (WRITER_RULE):
+    before, it took it on its first write only, so an ingest beside it worked or not by chance."""
+    from ki_core.search.embedded import IndexLockedError
+    from ki_workers.context import worker_context
+
+    if settings.search.backend == "embedded" and settings.broker.eager:
+        try:
+            worker_context().index()
+        except IndexLockedError as exc:
+            raise WriterBusy(f"the embedded index is being written by {exc.holder}: `ki serve` needs its "
+                             "writer; stop that first") from None
 
 
 def no_other_writer(settings: Settings, console: Console) -> None:
@@ -54,8 +72,8 @@ def _until_free(open_writer: Callable[[], object], wait_seconds: float, console:
         except IndexLockedError as exc:
             if time.monotonic() >= deadline:
                 raise WriterBusy(
-                    f"{exc}. Nothing was written. A running `ki serve` is that writer: stop it first, "
-                    "or run this again with --wait SECONDS to wait for the lock"
+                    f"the embedded index is being written by {exc.holder}. Nothing was written. "
+                    f"{WRITER_RULE} Stop it first, or run this again with --wait SECONDS"
                 ) from None
             if not told:
                 console.print(f"waiting up to {wait_seconds:g} s for the other writer of the embedded index…",

@@ -25,7 +25,7 @@ def migrate(
     """
     from rich.console import Console
 
-    from ki.commands.store import prepare_store
+    from ki.commands.storage.store import prepare_store
     from ki_core.config import load_settings, mask_url_password
     from ki_core.store_move import move_store
 

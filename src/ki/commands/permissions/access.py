@@ -209,7 +209,12 @@ def explain(
 
     with configured_store() as (settings, session):
         document_id = grants.resolve_document(session, document).id
-        explanation = AccessService(session, settings).explain(principal, document_id)
+        service = AccessService(session, settings)
+        explanation, unknown = service.explain(principal, document_id), service.unknown_principals([principal])
+    if unknown:
+        from ki_core.principals import unknown_warning
+
+        typer.echo(unknown_warning(unknown), err=True)
     _print_explanation(Console(), explanation)
 
 
@@ -218,7 +223,7 @@ def _print_explanation(console: Console, explanation: AccessExplanation) -> None
     console.print(
         f"{explanation.project_name}/{explanation.document_key} is {verdict} to "
         f"[bold]{explanation.principal}[/] (source_acl_mode {explanation.acl_mode}"
-        f"{', admin' if explanation.is_admin else ''})",
+        f"{', sees everything as admin' if explanation.is_admin else ''})",
         highlight=False,
     )
     paths = [" -> ".join(p.via) for p in explanation.principals]

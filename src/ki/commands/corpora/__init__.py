@@ -1,0 +1,1 @@
+"""Corpora, evaluation and the demo: public statute corpora, ki eval, ki demo."""

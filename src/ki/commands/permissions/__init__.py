@@ -1,0 +1,1 @@
+"""Access and keys: grants and their explanation, local group memberships, API keys."""

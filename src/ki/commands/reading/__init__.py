@@ -1,0 +1,1 @@
+"""The read side from a terminal: search, list, get, related, decisions, ask, identifiers, serve, mcp."""
