@@ -270,6 +270,10 @@ class ChunkTable:
                 mask &= self.doc_day <= (filters.date_to - _EPOCH).days
         return mask
 
+    def document_count(self, mask: np.ndarray) -> int:
+        """Distinct documents among the masked slots (a boolean query's exact total)."""
+        return len(np.unique(self.codes["document_id"][mask[: self.size]]))
+
     def value(self, name: str, slot: int) -> Hashable:
         return self.vocab[name].values[self.codes[name][slot]]
 
