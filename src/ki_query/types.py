@@ -307,6 +307,9 @@ class StepTimings(_Model):
     verify: float = 0.0
     collapse: float = 0.0
     rerank: float = 0.0
+    # Reading version dates for a date order, and counting facets (only when asked for).
+    sort: float = 0.0
+    facets: float = 0.0
     total: float = 0.0
 
 

@@ -15,6 +15,7 @@ from ki_core.llm import GatewayError
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
 from ki_query.federation.errors import EmptyQuestion, UnknownCorpus
 from ki_query.identity import Forbidden, Unauthenticated
+from ki_query.query_language.syntax import QuerySyntaxError
 from ki_query.types import (
     DocumentNotFound,
     InvalidDecision,
@@ -34,6 +35,7 @@ REFUSAL_STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (DocumentNotFound, 404),
     (WindowTooDeep, 400),
     (QueryTooLong, 400),
+    (QuerySyntaxError, 400),
     (EmptyQuestion, 400),
     (UnknownCorpus, 400),
     (TraversalTooDeep, 400),

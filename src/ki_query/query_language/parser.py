@@ -21,7 +21,7 @@ from importlib.resources import files
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
-from ki_core.identifiers import extract
+from ki_core.identifiers import court_table, extract
 from ki_query.query_language.syntax import (
     FIELD_NAMES,
     GERMAN_FIELD,
@@ -201,7 +201,16 @@ def _cut_value(field: str, raw: str) -> tuple[str, str]:
             return stripped[: found[0].end], stripped[found[0].end :]
         return stripped, ""
     head, _, rest = stripped.partition(" ")
+    if field == "court" and rest and head in _regional_court_codes():  # "OLG München": the court and its seat
+        seat, _, rest = rest.partition(" ")
+        return f"{head} {seat}", rest
     return head, rest
+
+
+@cache
+def _regional_court_codes() -> frozenset[str]:
+    """Court codes that need their seat to name one court (OLG, LG, AG, ...)."""
+    return frozenset(court_table().court_types.values())
 
 
 def _date_span(value: str, position: int) -> DateSpan:

@@ -94,6 +94,8 @@ EXPECTED_PROPERTIES = {
             "parameters": {"m": 16, "ef_construction": 128},
         },
     },
+    "courts": {"type": "keyword"},
+    "identifier_values": {"type": "keyword"},
     "identifiers": {"type": "keyword"},
     "identifiers_text": {"type": "text", "analyzer": "ki_identifier"},
     "language": {"type": "keyword"},
