@@ -13,7 +13,7 @@ from functools import cache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ki_core.identifiers.whole_values import courts_of
+from ki_core.identifiers.whole_values import court_names
 from ki_core.models import Document, DocumentVersion, Project
 from ki_core.ontology import load_ontology
 from ki_core.search.types import Leg, MultiSearchResult
@@ -33,13 +33,12 @@ _IDS_PER_STATEMENT = 1_000
 FACET_VALUES = 12
 
 
-def matched_documents(result: MultiSearchResult, boolean: bool) -> dict[str, str]:
+def matched_documents(result: MultiSearchResult) -> dict[str, str]:
     """document id -> a version of it, over the lexical and identifier legs: a boolean query's set
     (every leg holds only members), or what a ranked query's words and identifiers matched."""
-    found: dict[str, str] = {}
-    for leg in (Leg.LEXICAL, Leg.IDENTIFIER):
-        for hit in result.hits(leg):
-            found.setdefault(hit.document_id, hit.document_version_id)
+    found = result.hits(Leg.LEXICAL).documents()
+    for document_id, version_id in result.hits(Leg.IDENTIFIER).documents().items():
+        found.setdefault(document_id, version_id)
     return found
 
 
@@ -113,12 +112,12 @@ def document_facets(session: Session, found: dict[str, str], labels: dict[str, s
             types.update([doc_type] if doc_type else [])
             projects[project] += 1
             years.update([day.year] if day else [])
-            courts.update(courts_of(identifiers or ()))
+            courts.update(court_names(identifiers or ()))
     return Facets(
         type=_values(types, lambda v: labels.get(v, v), lambda v: f'typ:"{labels.get(v, v).split("/")[0].strip()}"'),
         project=_values(projects, str, lambda v: f'projekt:"{v}"'),
         year=_values(years, str, lambda v: f"datum:{v}-01-01..{v}-12-31"),
-        court=_values(courts, str.upper, lambda v: f'gericht:"{v}"'),
+        court=_values(courts, str, lambda v: f'gericht:"{v}"'),
     )
 
 

@@ -191,7 +191,7 @@ class RetrievalService:
             )
             page = ranked[request.offset : request.window]
             explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
-            found = matched_documents(result, plan.boolean)
+            found = matched_documents(result)
             facets = document_facets(session, found, ontology_labels()) if request.facets else None
             clock.lap("facets")
         folded = folded_versions(candidates, verified, page)

@@ -29,7 +29,12 @@ def identifier_values(identifiers: Iterable[str]) -> tuple[str, ...]:
 
 
 def courts_of(identifiers: Iterable[str]) -> tuple[str, ...]:
-    """The casefolded courts the identifiers name (BGH for "VII ZR 123/19"), in order, no repeats."""
+    """The casefolded courts the identifiers name ("bgh" for "VII ZR 123/19"), in order, no repeats."""
+    return tuple(dict.fromkeys(normalized_court(court) for court in court_names(identifiers)))
+
+
+def court_names(identifiers: Iterable[str]) -> tuple[str, ...]:
+    """The courts as the identifiers name them ("BGH", "EuGH", "OLG München"), in order, no repeats."""
     return tuple(dict.fromkeys(court for value in identifiers if (court := _court(value))))
 
 
@@ -64,4 +69,4 @@ def _ancestors(value: str) -> tuple[str, ...]:
 @lru_cache(maxsize=65_536)
 def _court(value: str) -> str | None:
     found = _whole(value)
-    return normalized_court(found.court) if found is not None and found.court else None
+    return " ".join(found.court.split()) if found is not None and found.court else None

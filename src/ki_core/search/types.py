@@ -261,16 +261,28 @@ class LegHits(RowSequence[LegHit]):
     """One leg's ranked hits, best first: chunk ids, scores and version statuses as arrays for
     fusion, and a LegHit per row only when one is read (`row(i)`, built by the backend)."""
 
-    __slots__ = ("chunk_ids", "scores", "statuses", "_row")
+    __slots__ = ("chunk_ids", "scores", "statuses", "_row", "_documents")
 
     def __init__(
-        self, chunk_ids: np.ndarray, scores: np.ndarray, statuses: np.ndarray, row: Callable[[int], LegHit]
+        self, chunk_ids: np.ndarray, scores: np.ndarray, statuses: np.ndarray, row: Callable[[int], LegHit],
+        documents: Callable[[], dict[str, str]] | None = None,
     ) -> None:
         self.chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
         self.scores = np.asarray(scores, dtype=np.float64)
         # Fixed-width text, not objects: fusion compares the column with each boosted status in C.
         self.statuses = np.asarray(statuses, dtype=str)
         self._row = row
+        self._documents = documents
+
+    def documents(self) -> dict[str, str]:
+        """document id -> the version of its best hit, in rank order: what a search counts as matched.
+        A backend may gather it from its columns (embedded) instead of building every row."""
+        if self._documents is not None:
+            return self._documents()
+        found: dict[str, str] = {}
+        for hit in self:
+            found.setdefault(hit.document_id, hit.document_version_id)
+        return found
 
     @classmethod
     def of(cls, hits: Sequence[LegHit]) -> LegHits:

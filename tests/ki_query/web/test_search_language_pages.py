@@ -4,6 +4,7 @@ against `ki serve` on the demo store (anna.berg sees both clients)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,15 +50,22 @@ def test_the_page_says_how_many_documents_match(browser, server, artifacts) -> N
         screenshot(page, artifacts, "q-01-count")
 
 
+def files_containing(pattern: str) -> set[str]:
+    """The demo files whose text holds the pattern: the oracle of a phrase search."""
+    return {
+        path.name for path in (REPO / "examples").glob("kanzlei-*/*/*")
+        if re.search(pattern, path.read_text(encoding="utf-8"), re.IGNORECASE)
+    }
+
+
 def test_a_phrase_finds_the_words_in_a_row_only(browser, server) -> None:
+    expected = files_containing(r"fristlose\s+Kündigung")
+    assert len(expected) == 2  # the Kündigungsschutz memo and the LG Berlin judgment
     with browsing(browser, server, ANNA) as page:
         phrase = search(page, '"fristlose Kündigung"')
-        phrase_total = shown_count(page)
+        assert shown_count(page) == len(phrase) == len(expected)
         words = search(page, "fristlose Kündigung")
         assert {h["document_id"] for h in phrase} < {h["document_id"] for h in words}
-        search(page, '"fristlose Kündigung"')
-        assert all("fristlose Kündigung" in " ".join(text.split()) for text in excerpts(page)), excerpts(page)
-        assert phrase_total == len(phrase)
 
 
 def test_an_excluded_word_is_in_no_hit(browser, server) -> None:
@@ -94,7 +102,7 @@ def test_date_order_newest_and_oldest_first(browser, server, artifacts) -> None:
         page.click("#sort-date_asc")
         page.wait_for_selector("#sort-date_asc[aria-current]")
         oldest = page.eval_on_selector_all("#hits time", "items => items.map(item => item.getAttribute('datetime'))")
-        assert oldest == sorted(oldest) and oldest[0] == min(newest)
+        assert oldest == sorted(oldest) and oldest[0] <= min(newest) and oldest != newest
         screenshot(page, artifacts, "q-03-date-order")
 
 
