@@ -186,8 +186,10 @@ class RetrievalService:
             if request.sort != "relevance":
                 candidates = by_date(session, candidates, newest_first=request.sort == "date_desc")
                 clock.lap("sort")
+            # The reranker reads the words that are searched for, not the operators and exclusions.
+            ranking = request.model_copy(update={"query": plan.text}) if plan.boolean else request
             viewer, ranked, verified, texts = self._verified_ranking(
-                session, scope, principals, request, candidates, clock, stale_raises
+                session, scope, principals, ranking, candidates, clock, stale_raises
             )
             page = ranked[request.offset : request.window]
             explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
