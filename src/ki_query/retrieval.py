@@ -276,7 +276,7 @@ class RetrievalService:
             shown = [*ranked[:RERANK_PREFIX], *shown]  # the gateway reads the texts; the offline ranker does not
         texts = chunk_texts(session, {c.chunk_id for c in shown})
         clock.lap("verify")
-        if self._rerank_on and request.sort == "relevance":
+        if self._rerank_on and request.sort == "relevance" and request.query.strip():
             ranked = self._rerank(request.query, ranked, verified, texts)
             clock.lap("rerank")
         return viewer or self._viewer(session, scope, principals, stale_raises), ranked, verified, texts
