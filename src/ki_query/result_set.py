@@ -87,15 +87,17 @@ def version_dates(session: Session, version_ids: Iterable[str]) -> dict[str, dat
     return found
 
 
-def folded_versions(
-    candidates: Sequence[Candidate], verified: dict[int, VerifiedChunk], page: Sequence[Candidate]
-) -> dict[str, tuple[str, ...]]:
-    """Per shown document, the other verified versions the search found: one row per document."""
+def folded_versions(verified: dict[int, VerifiedChunk], page: Sequence[Candidate]) -> dict[str, tuple[str, ...]]:
+    """Per shown document, the other verified versions the search found: one row per document.
+
+    Read from the verified chunks, not the candidate list: fusion builds a candidate only when it is
+    read, and reading all 7,500 of a ranked search cost a plain query more than the rest of it."""
     shown = {c.document_id: c.version_id for c in page}
     others: dict[str, dict[str, None]] = {}
-    for candidate in candidates:
-        if candidate.chunk_id in verified and shown.get(candidate.document_id, candidate.version_id) != candidate.version_id:
-            others.setdefault(candidate.document_id, {})[candidate.version_id] = None
+    for chunk in verified.values():
+        document_id, version_id = chunk.facts.document.id, chunk.facts.version.id
+        if document_id in shown and shown[document_id] != version_id:
+            others.setdefault(document_id, {})[version_id] = None
     return {document_id: tuple(versions) for document_id, versions in others.items()}
 
 

@@ -196,7 +196,7 @@ class RetrievalService:
             found = matched_documents(result)
             facets = document_facets(session, found, ontology_labels()) if request.facets else None
             clock.lap("facets")
-        folded = folded_versions(candidates, verified, page)
+        folded = folded_versions(verified, page)
         hits = tuple(
             _hit(c, verified[c.chunk_id], excerpt(texts.get(c.chunk_id, ""), plan.text), explanations.get(c.chunk_id),
                  folded.get(c.document_id, ()))
