@@ -21,6 +21,11 @@ scope at the product's leg depth (the peer bench's ki_bare). The query embedding
 own (hashing embedder here). At the end one line per situation holds the peer bench's cells:
 ki full p50 / p95, ki bare p50, cold-scope p50 / p95.
 
+--syntax runs, after the rest, each query twice in turn as the "everything" caller: as typed (plain,
+today's ranked hybrid) and as a query-language variant of the same words (a phrase, an exclusion, an
+OR group, a trailing wildcard, or norm: for a pasted reference), and prints both p50 / p95 and
+their ratio per backend (issue 39: syntax within 1.3x of plain).
+
 --backend opensearch|both puts the same chunks into an OpenSearch index as well (alias
 ki-bench-<random>, no replica, deleted at the end; refresh_interval -1 during the bulk load and
 one refresh after, in this bench only) and runs the same queries through a RetrievalService whose
@@ -28,7 +33,7 @@ settings say search.backend "opensearch", on the same SQL database; each row is 
 
     .venv/bin/python bench/query.py [--database-url URL | --sqlite] [--queries 200] [--dims 384]
         [--backend embedded|opensearch|both] [--opensearch-url http://127.0.0.1:9200] [--limit-chunks N]
-        [--no-rerank]
+        [--no-rerank] [--syntax]
 
 The peer cells on PostgreSQL and on SQLite (state the load, `uptime`, with the figures):
 
@@ -397,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit-chunks", type=int, default=None,
                         help="keep only the first N Absätze of the corpus (default: all, about 50,000)")
+    parser.add_argument("--syntax", action="store_true",
+                        help="also time query-language variants of the queries against the plain ones (issue 39)")
     backends.add_arguments(parser)
     args = parser.parse_args(argv)
     backends.terminate_like_ctrl_c()
@@ -442,7 +449,11 @@ def main(argv: list[str] | None = None) -> int:
                         # Its own engine on the same database: round-trips counted per backend.
                         opened.append(Backend("opensearch", bench_os.settings, make_engine(url), bench_os.index))
             audit = AuditLog(Settings(state_dir=tmp, database={"url": url}))
-            measure(opened, embedder, queries(paragraphs, args.queries, rng), audit, rerank=not args.no_rerank)
+            texts = queries(paragraphs, args.queries, rng)
+            if args.syntax:
+                measure_syntax(opened, embedder, texts, rerank=not args.no_rerank)
+            else:
+                measure(opened, embedder, texts, audit, rerank=not args.no_rerank)
         finally:
             for backend in opened:
                 if backend.name == "embedded":
@@ -516,6 +527,44 @@ def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str], 
               f"documents, {len(scope.filter.excluded_document_ids)} excluded documents "
               f"({scope.visible_document_count:,} visible)")
     print_peer_cells(full, cold, bare, opened[0].engine.dialect.name, width)
+
+
+def syntax_variant(query: str, number: int) -> str:
+    """The same words in the query language, one operator kind per query in turn."""
+    words = [w.strip('"()*-:') for w in query.split()]
+    words = [w for w in words if w]
+    if query.startswith(("§", "Art")):
+        return f"norm:{query}"
+    kind = number % 4
+    if kind == 0:
+        return f'"{words[0]} {words[1]}" ' + " ".join(words[2:])
+    if kind == 1:
+        return " ".join(words) + " -Blumenkohl"
+    if kind == 2:
+        return f"({words[0]} OR {words[1]}) " + " ".join(words[2:])
+    return f"{words[0][:5]}* " + " ".join(words[1:])
+
+
+def measure_syntax(opened: list[Backend], embedder: HashingEmbedder, texts: list[str], rerank: bool = True) -> None:
+    """Plain and syntax variant of each query in turn (same load), as the caller who sees everything."""
+    principal = CALLERS["everything"]
+    print(f"\n{len(texts)} queries, plain and query-language variant in turn, caller everything, limit 10; "
+          "e2e milliseconds (search without the embedding) p50 / p95")
+    for backend in opened:
+        sessions = session_factory(backend.engine)
+        retrieval = backend.settings.retrieval.model_copy(update={"rerank_enabled": rerank, "rerank_provider": "offline"})
+        settings = backend.settings.model_copy(update={"retrieval": retrieval})
+        service = RetrievalService(settings, sessions, backend.index, embedder, AccessService(sessions, settings))
+        samples: dict[str, list[float]] = {"plain": [], "syntax": []}
+        for query in texts[:10]:
+            service.search(SearchRequest(query=query, limit=10), [principal])
+        for number, query in enumerate(texts):
+            for kind, asked in (("plain", query), ("syntax", syntax_variant(query, number))):
+                timings = service.search(SearchRequest(query=asked, limit=10), [principal]).timings
+                samples[kind].append(timings.total - timings.embed)
+        (plain50, plain95), (syntax50, syntax95) = p50_p95(samples["plain"]), p50_p95(samples["syntax"])
+        print(f"[{backend.name}] plain {plain50:6.1f} / {plain95:6.1f}   syntax {syntax50:6.1f} / {syntax95:6.1f}   "
+              f"ratio p50 {syntax50 / plain50:4.2f}, p95 {syntax95 / plain95:4.2f}")
 
 
 def print_peer_cells(full: dict, cold: dict, bare: dict, dialect: str, width: int) -> None:

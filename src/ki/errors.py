@@ -47,6 +47,7 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_workers.sources.local_fs.ManifestError", EXIT_FAILED),
     ("ki_query.types.WindowTooDeep", EXIT_FAILED),
     ("ki_query.types.QueryTooLong", EXIT_CONFIG),  # a usage error: the same query will never pass
+    ("ki_query.query_language.syntax.QuerySyntaxError", EXIT_CONFIG),
     ("ki_query.federation.errors.EmptyQuestion", EXIT_CONFIG),  # "" or "?": a usage error too
     ("ki_query.types.TraversalTooDeep", EXIT_FAILED),
     ("ki_core.search.types.ResultWindowTooDeep", EXIT_FAILED),
@@ -99,6 +100,8 @@ def cli_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             if code is None:
                 raise
             _print_error(one_line(exc))
+            if hint := getattr(exc, "hint", None):  # a second line at most: what would be understood
+                _print_hint(hint)
             raise typer.Exit(code) from None
 
     return wrapper
@@ -108,6 +111,12 @@ def _print_error(message: str) -> None:
     from rich.console import Console
 
     Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+
+
+def _print_hint(hint: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True, soft_wrap=True).print(hint, highlight=False, markup=False)
 
 
 def _schema_missing(exc: BaseException) -> bool:

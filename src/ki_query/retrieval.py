@@ -29,13 +29,13 @@ from ki_core.embedding import Embedder
 from ki_core.grants import current_access_generation
 from ki_core.llm import ChatGateway
 from ki_core.models import RelationKind
-from ki_core.identifiers import query_identifier_terms
 from ki_core.search.index import SearchIndex
 from ki_core.search.types import (
     MAX_RANKED_WINDOW,
     MAX_RESULT_WINDOW,
     FilterHit,
     MultiSearchRequest,
+    MultiSearchResult,
     check_result_window,
     oversampled_window,
 )
@@ -53,7 +53,17 @@ from ki_query.fusion import (
     rerank_prefix,
 )
 from ki_query.reading import DocumentText, OriginalFile, TextRequest
+from ki_query.federation.ranking import calibration_for
+from ki_query.query_language.plan import QueryPlan, plan_query
 from ki_query.rerank.firm import OFFLINE_PREFIX, offline_reranked
+from ki_query.result_set import (
+    ontology_labels,
+    by_date,
+    document_facets,
+    folded_versions,
+    match_level,
+    matched_documents,
+)
 from ki_query.rerank.model import offline_ranker
 from ki_query.scope import AccessService, CompiledAccessScope
 from ki_query.citations import decision_citations, german_citation, is_decision
@@ -66,6 +76,7 @@ from ki_query.types import (
     Hit,
     HitExplanation,
     LegRank,
+    MatchLevel,
     NewDecision,
     QueryOverBudget,
     RelatedDocument,
@@ -152,20 +163,21 @@ class RetrievalService:
         check_window(request.offset, request.limit)
         check_query_length(request.query, self.settings.retrieval.max_query_chars)
         filters = check_filters(request.filters)
+        plan = plan_query(request.query, self._session)
         principals = _as_list(principals)
         clock = StepClock(self.settings.retrieval.query_budget_seconds)
         recent = self.access.recent_scope(principals, project_id=filters.project_id)
         if recent is not None:
             try:
-                return self._searched(request, filters, recent, principals, clock, stale_raises=True)
+                return self._searched(request, plan, filters, recent, principals, clock, stale_raises=True)
             except StaleScope:
                 pass
         scope = self.access.compile_scope(principals, project_id=filters.project_id)
-        return self._searched(request, filters, scope, principals, clock, stale_raises=False)
+        return self._searched(request, plan, filters, scope, principals, clock, stale_raises=False)
 
     def _searched(
-        self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, principals: list[str],
-        clock: StepClock, *, stale_raises: bool,
+        self, request: SearchRequest, plan: QueryPlan, filters: SearchFilters, scope: CompiledAccessScope,
+        principals: list[str], clock: StepClock, *, stale_raises: bool,
     ) -> SearchResponse:
         """Steps 2-8 over this scope. With `stale_raises` the scope was taken from the cache unchecked
         (AccessService.recent_scope, no round trip): when the verification statement's generation shows
@@ -173,25 +185,43 @@ class RetrievalService:
         again on a scope compiled for the current generation, so newly granted documents are not
         missing from the legs and revoked ones never reach verification's viewer."""
         clock.lap("scope")
-        candidates = self._ranked_candidates(request, filters, scope, principals, clock)
+        candidates, result = self._ranked_candidates(request, plan, filters, scope, principals, clock)
         with self._session() as session:
+            if request.sort != "relevance":
+                candidates = by_date(session, candidates, newest_first=request.sort == "date_desc")
+                clock.lap("sort")
+            # The reranker reads the words that are searched for, not the operators and exclusions.
+            ranking = request.model_copy(update={"query": plan.text}) if plan.boolean else request
             viewer, ranked, verified, texts = self._verified_ranking(
-                session, scope, principals, request, candidates, clock, stale_raises
+                session, scope, principals, ranking, candidates, clock, stale_raises
             )
             page = ranked[request.offset : request.window]
             explanations = self._explain(session, viewer, principals, page, verified) if request.explain else {}
-            passages = shown_passages(session, page, texts, request.query)
+            passages = shown_passages(session, page, texts, plan.text)
             decided = decision_citations(session, _decision_versions(page, verified))
+            found = matched_documents(result)
+            facets = document_facets(session, found, ontology_labels()) if request.facets else None
+            clock.lap("facets")
+        folded = folded_versions(verified, page)
         hits = tuple(
-            _hit(c, verified[c.chunk_id], passages[c.chunk_id], explanations.get(c.chunk_id), decided)
+            _hit(c, verified[c.chunk_id], passages[c.chunk_id], explanations.get(c.chunk_id), decided,
+                 folded.get(c.document_id, ()))
             for c in page
-        )
-        return SearchResponse(hits=hits, has_more=len(ranked) > request.window, timings=clock.timings())
+        )  # fmt: skip
+        total = result.document_count if result.document_count is not None else len(found)
+        return SearchResponse(
+            hits=hits, has_more=len(ranked) > request.window, timings=clock.timings(), total=total,
+            total_is_estimate=not plan.boolean, match=self._match(result, total), facets=facets,
+        )  # fmt: skip
+
+    def _match(self, result: MultiSearchResult, total: int) -> MatchLevel:
+        cosine = getattr(self.index, "cosine", lambda score: score)
+        return match_level(result, total, calibration_for(self.embedder.signature), cosine)
 
     def _ranked_candidates(
-        self, request: SearchRequest, filters: SearchFilters, scope: CompiledAccessScope, principals: list[str],
-        clock: StepClock,
-    ) -> Sequence[Candidate]:
+        self, request: SearchRequest, plan: QueryPlan, filters: SearchFilters, scope: CompiledAccessScope,
+        principals: list[str], clock: StepClock,
+    ) -> tuple[Sequence[Candidate], MultiSearchResult]:
         """Steps 2-5: one embedding, one multi-search, RRF, status boost.
 
         Every leg asks for RANKED_LEG_DEPTH hits whatever the page (amendments.md 2): a depth that
@@ -199,23 +229,25 @@ class RetrievalService:
         scores change when a leg reaches deeper, so pages would repeat and skip hits. With one
         depth the fused list is one ranking and every page is a slice of it; verification and
         collapse still stop at the prefix the window needs."""
-        vector = self.embedder.embed_query(request.query)
+        # A boolean query of fields alone ("az:VII ZR 123/19") has no text to embed: no semantic leg.
+        vector = self.embedder.embed_query(plan.text) if plan.text.strip() else None
         clock.lap("embed")
         result = self.index.multi_search(
             MultiSearchRequest(
-                query_text=request.query,
-                query_vector=tuple(vector.astype(float).tolist()),
+                query_text=plan.text,
+                query_vector=tuple(vector.astype(float).tolist()) if vector is not None else None,
                 scope=scope.filter,
                 filters=filters,
                 size=RANKED_LEG_DEPTH,
-                identifier_terms=query_identifier_terms(request.query),
+                identifier_terms=plan.identifier_terms,
+                constraint=plan.constraint,
                 principals=tuple(sorted(set(principals))),
             )
         )
         clock.lap("legs")
-        candidates = self._fuse(result.legs, request.query)
+        candidates = self._fuse(result.legs, plan.text)
         clock.lap("fusion")
-        return candidates
+        return candidates, result
 
     def _verified_ranking(
         self, session: Session, scope: CompiledAccessScope, principals: list[str], request: SearchRequest,
@@ -251,7 +283,7 @@ class RetrievalService:
             shown = [*ranked[:RERANK_PREFIX], *shown]  # the gateway reads the texts; the offline ranker does not
         texts = chunk_texts(session, {c.chunk_id for c in shown})
         clock.lap("verify")
-        if self._rerank_on:
+        if self._rerank_on and request.sort == "relevance" and request.query.strip():
             ranked = self._rerank(request.query, ranked, verified, texts)
             clock.lap("rerank")
         return viewer or self._viewer(session, scope, principals, stale_raises), ranked, verified, texts
@@ -529,7 +561,7 @@ def _decision_versions(page: Sequence[Candidate], verified: dict[int, VerifiedCh
 
 def _hit(
     candidate: Candidate, verified: VerifiedChunk, passage: Passage, explanation: HitExplanation | None,
-    decided: dict[str, str],
+    decided: dict[str, str], other_versions: tuple[str, ...] = (),
 ) -> Hit:
     facts = verified.facts
     return Hit(
@@ -546,6 +578,7 @@ def _hit(
             cite_as=german_citation(facts.document, facts.version, facts.sources, decided.get(facts.version.id)),
         ),
         explain=explanation,
+        other_versions=other_versions,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -179,6 +179,10 @@ StoredText = Annotated[str, AfterValidator(_storable)]
 RecordId = Annotated[str, Field(min_length=1, max_length=300), AfterValidator(_storable)]
 
 
+SortOrder = Literal["relevance", "date_desc", "date_asc"]
+MatchLevel = Literal["none", "weak", "strong"]
+
+
 class SearchRequest(_Model):
     """A semantic query. The window (offset + limit) is checked by the service, which raises WindowTooDeep."""
 
@@ -187,6 +191,10 @@ class SearchRequest(_Model):
     offset: int = Field(default=0, ge=0)
     limit: int = Field(default=DEFAULT_LIMIT, gt=0)
     explain: bool = False
+    # relevance (the hybrid's order), or by the version's date, newest or oldest first (undated last).
+    sort: SortOrder = "relevance"
+    # Counts per document type, project, year and court over the result set (SearchResponse.facets).
+    facets: bool = False
 
     @property
     def window(self) -> int:
@@ -281,6 +289,8 @@ class Hit(_Model):
     matched_identifiers: tuple[str, ...] = ()
     citation: Citation
     explain: HitExplanation | None = None
+    # Other versions of the same document the search also found, folded into this row.
+    other_versions: tuple[str, ...] = ()
 
     @property
     def project_id(self) -> str:
@@ -305,7 +315,28 @@ class StepTimings(_Model):
     verify: float = 0.0
     collapse: float = 0.0
     rerank: float = 0.0
+    # Reading version dates for a date order, and counting facets (only when asked for).
+    sort: float = 0.0
+    facets: float = 0.0
     total: float = 0.0
+
+
+class FacetValue(_Model):
+    value: str
+    label: str
+    count: int
+    # The field filter that narrows a search to this value ('typ:"Urteil"'), for surfaces to add.
+    query: str
+
+
+class Facets(_Model):
+    """Documents per value over the result set: a boolean query's set, a ranked query's lexical and
+    identifier matches (as far as the legs reached: RANKED_LEG_DEPTH chunks each)."""
+
+    type: tuple[FacetValue, ...] = ()
+    project: tuple[FacetValue, ...] = ()
+    year: tuple[FacetValue, ...] = ()
+    court: tuple[FacetValue, ...] = ()
 
 
 class SearchResponse(_Model):
@@ -313,6 +344,13 @@ class SearchResponse(_Model):
     # More verified results exist past this page within the ranked window (paging hint).
     has_more: bool = False
     timings: StepTimings = StepTimings()
+    # Documents that match: exact for a boolean query (phrase, exclusion, OR, field ...); for a ranked
+    # query those the lexical or identifier leg found in scope, an estimate.
+    total: int = 0
+    total_is_estimate: bool = False
+    # How well the best hit answers the query, on the federation's calibrated scale (ki_query.match_level).
+    match: MatchLevel = "strong"
+    facets: Facets | None = None
 
     def __len__(self) -> int:
         return len(self.hits)

@@ -93,3 +93,29 @@ def test_an_empty_postgresql_database_is_recognized_as_no_store(pg_template) -> 
     finally:
         engine.dispose()
         drop_database(name)
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ('Kündigung "fristlos', "Anführungszeichen wird nicht geschlossen (Stelle 11)"),
+        ("(Miete OR Pacht", "Klammer wird nicht geschlossen (Stelle 1)"),
+        ("datum:2021-01-01..2020-01-01", "der Anfang liegt nach dem Ende (Stelle 1)"),
+        ("-Wohnraum", "es fehlt ein Begriff, nach dem gesucht wird (Stelle 1)"),
+    ],
+)
+def test_a_malformed_query_exits_2_with_the_error_and_a_hint_before_touching_the_index(
+    tmp_path, query: str, message: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from ki.cli import app
+
+    # "--": a query that starts with "-" is not an option.
+    result = CliRunner().invoke(app, ["search", "--as", "anna", "--", query],
+                                env={"KI_EMBEDDING__PROVIDER": "hashing", "KI_STATE_DIR": str(tmp_path), "COLUMNS": "300"})
+    assert result.exit_code == EXIT_CONFIG, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("error: ") and lines[0].endswith(message)
+    assert lines[1].startswith("Hinweis: ")

@@ -270,6 +270,10 @@ class ChunkTable:
                 mask &= self.doc_day <= (filters.date_to - _EPOCH).days
         return mask
 
+    def document_count(self, mask: np.ndarray) -> int:
+        """Distinct documents among the masked slots (a boolean query's exact total)."""
+        return len(np.unique(self.codes["document_id"][mask[: self.size]]))
+
     def value(self, name: str, slot: int) -> Hashable:
         return self.vocab[name].values[self.codes[name][slot]]
 
@@ -316,7 +320,15 @@ class ChunkTable:
                 rank=position,
             )
 
-        return LegHits(self.chunk_id[slots], scores, statuses, row)
+        def documents() -> dict[str, str]:
+            codes = self.codes["document_id"][slots]
+            _, first = np.unique(codes, return_index=True)
+            first.sort()
+            ids, versions = self.vocab["document_id"].values, self.vocab["document_version_id"].values
+            version_codes = self.codes["document_version_id"][slots]
+            return {ids[codes[i]]: versions[version_codes[i]] for i in first.tolist()}
+
+        return LegHits(self.chunk_id[slots], scores, statuses, row, documents)
 
     def filter_hits(self, admitted: Admitted, size: int, offset: int) -> list[FilterHit]:
         """One hit per version (its lowest chunk id), doc_date descending, missing dates last."""

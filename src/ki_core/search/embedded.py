@@ -511,8 +511,23 @@ class EmbeddedIndex:
             self._ready()
             self._check_signature()
             admitted = self.table.admitted(request.scope, request.filters)
+            documents = None
+            if request.constraint is not None:
+                admitted = self._constrained(request, admitted)
+                documents = self.table.document_count(admitted.mask)
             legs = {leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()}
-        return MultiSearchResult(legs=legs)
+        return MultiSearchResult(legs=legs, document_count=documents)
+
+    def _constrained(self, request: MultiSearchRequest, admitted: Admitted) -> Admitted:
+        """The admitted slots that satisfy the query's constraint: the semantic leg ranks only
+        inside the set, and every text leg's hit passes the same mask (amendments.md 6)."""
+        assert request.constraint is not None
+        loose = self.text.strict_filter(None, request.filters)
+        slots = self.table.slots_of(self.text.matching_chunk_ids(request.constraint, loose))
+        mask = np.zeros_like(admitted.mask)
+        mask[slots[slots >= 0]] = True
+        mask &= admitted.mask
+        return Admitted(mask, int(np.count_nonzero(mask)))
 
     def _leg(self, leg: Leg, request: MultiSearchRequest, admitted: Admitted) -> LegHits:
         try:
@@ -539,7 +554,9 @@ class EmbeddedIndex:
             if hits is not None:
                 return hits
         strict = self.text.strict_filter(request.scope, request.filters, self.table.project_ids())
-        ranked = self.text.ranked(leg_field, request.query_text, strict, request.size, request.identifier_terms)
+        ranked = self.text.ranked(
+            leg_field, request.query_text, strict, request.size, request.identifier_terms, request.constraint
+        )
         slots, scores = self._admitted_hits(ranked, admitted)
         return self.table.leg_hits(slots, scores)
 
@@ -558,12 +575,16 @@ class EmbeddedIndex:
         loose = self.text.strict_filter(None, request.filters)
         window = math.ceil(request.size * POST_FILTER_OVERSAMPLE * self.table.live_count / admitted.count)
         if window > POST_FILTER_MAX_WINDOW:
-            matches = self.text.match_count(leg_field, request.query_text, loose, request.identifier_terms)
+            matches = self.text.match_count(
+                leg_field, request.query_text, loose, request.identifier_terms, request.constraint
+            )
             if matches > POST_FILTER_ALL_MATCHES:
                 return None
             # One more than counted: a full window means a commit added matches since the count.
             window = matches + 1
-        ranked = self.text.ranked(leg_field, request.query_text, loose, window, request.identifier_terms)
+        ranked = self.text.ranked(
+            leg_field, request.query_text, loose, window, request.identifier_terms, request.constraint
+        )
         slots, scores = self._admitted_hits(ranked, admitted)
         if len(slots) < request.size and len(ranked.chunk_ids) == window:
             return None

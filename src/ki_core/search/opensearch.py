@@ -31,7 +31,9 @@ from ki_core.search.contract import (
     update_access_ops,
 )
 from ki_core.search.signature import IndexSignature, check_recorded
+from ki_core.search.constraint import AnyOf, Constraint, DateMatch, KeywordMatch, TextMatch, TextPrefix, scores_text
 from ki_core.search.types import (
+    DERIVED_KEYWORD_FIELDS,
     FILTER_KEYWORD_FIELDS,
     TERM_FILTER_FIELDS,
     AccessProjection,
@@ -82,8 +84,12 @@ TEXT_ANALYZER = "ki_german"
 STORED_FIELDS = [name for name in IndexChunk.model_fields if name not in ("text", "embedding")]
 
 _KEYWORD = {"type": "keyword"}
-# The filter columns plus the inspection-only keyword fields.
-_KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals")
+# The filter columns plus the identifier-derived and the inspection-only keyword fields.
+_KEYWORD_FIELDS = (
+    *FILTER_KEYWORD_FIELDS, *DERIVED_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals"
+)
+# A cardinality aggregation counts exactly up to this many distinct values (the most OpenSearch allows).
+CARDINALITY_PRECISION = 40_000
 
 
 # opensearch-py logs every failed attempt as a WARNING with its traceback; our calls raise SearchBackendError
@@ -258,17 +264,48 @@ def metadata_clauses(filters: SearchFilters) -> list[dict[str, Any]]:
     return clauses
 
 
-def filter_clauses(scope: ScopeFilter | None, filters: SearchFilters | None) -> list[dict[str, Any]]:
-    """The strict filter every leg carries: scope first, then the metadata filters."""
+def filter_clauses(
+    scope: ScopeFilter | None, filters: SearchFilters | None, constraint: Constraint | None = None
+) -> list[dict[str, Any]]:
+    """The strict filter every leg carries: scope first, then the metadata filters, then the query's constraint."""
     clauses = [scope_clause(scope)] if scope is not None else []
-    return clauses + (metadata_clauses(filters) if filters is not None else [])
+    clauses += metadata_clauses(filters) if filters is not None else []
+    return clauses + ([constraint_clause(constraint)] if constraint is not None else [])
+
+
+def constraint_clause(node: Constraint) -> dict[str, Any]:
+    """The query language's tree as an OpenSearch query, meaning what TextIndex.constraint_query means."""
+    if isinstance(node, TextMatch):
+        return {"match_phrase": {"text": {"query": node.text}}}
+    if isinstance(node, TextPrefix):
+        return {"prefix": {"text": {"value": node.prefix}}}
+    if isinstance(node, KeywordMatch):
+        return {"terms": {node.field: list(node.values)}} if node.values else {"match_none": {}}
+    if isinstance(node, DateMatch):
+        bounds = {key: day.isoformat() for key, day in (("gte", node.start), ("lte", node.end)) if day}
+        return {"range": {"doc_date": bounds}}
+    if isinstance(node, AnyOf):
+        return {"bool": {"should": [constraint_clause(child) for child in node.any], "minimum_should_match": 1}}
+    must = [constraint_clause(child) for child in node.must] or [{"match_all": {}}]
+    return {"bool": {"must": must, "must_not": [constraint_clause(child) for child in node.must_not]}}
+
+
+def document_count_body(request: MultiSearchRequest) -> dict[str, Any]:
+    """The documents a constraint's set holds, counted when the lexical leg was cut at its size."""
+    return {
+        "size": 0,
+        "query": {"bool": {"filter": filter_clauses(request.scope, request.filters, request.constraint)}},
+        "aggs": {"documents": {"cardinality": {"field": "document_id", "precision_threshold": CARDINALITY_PRECISION}}},
+    }
 
 
 # ----------------------------------------------------------------------- legs
 
 
 def leg_body(leg: Leg, request: MultiSearchRequest) -> dict[str, Any]:
-    clauses = filter_clauses(request.scope, request.filters)
+    if request.constraint is not None and leg is Leg.LEXICAL:
+        return constrained_lexical_body(request)
+    clauses = filter_clauses(request.scope, request.filters, request.constraint)
     body: dict[str, Any] = {"size": request.size, "_source": LEG_SOURCE_FIELDS}
     if leg is Leg.SEMANTIC:
         knn = {"vector": list(request.query_vector or ()), "k": request.size}
@@ -284,6 +321,19 @@ def leg_body(leg: Leg, request: MultiSearchRequest) -> dict[str, Any]:
     match = {"match": {"text": {"query": request.query_text}}}
     body["query"] = {"bool": {"must": [match], "filter": clauses}}
     return body
+
+
+def constrained_lexical_body(request: MultiSearchRequest) -> dict[str, Any]:
+    """A boolean query's lexical leg: the constraint scored by BM25 (with no text condition in it,
+    the set in chunk id order), inside the scope and filters; ties on chunk id, as embedded."""
+    assert request.constraint is not None
+    scored = constraint_clause(request.constraint) if scores_text(request.constraint) else {"match_all": {}}
+    return {
+        "size": request.size,
+        "_source": LEG_SOURCE_FIELDS,
+        "query": {"bool": {"must": [scored], "filter": filter_clauses(request.scope, request.filters, request.constraint)}},
+        "sort": [{"_score": {"order": "desc"}}, {"chunk_id": {"order": "asc"}}],
+    }
 
 
 def identifier_clauses(terms: tuple[tuple[str, float], ...]) -> list[dict[str, Any]]:
@@ -417,6 +467,8 @@ def chunk_document(chunk: IndexChunk) -> dict[str, Any]:
         document["doc_date"] = chunk.doc_date.isoformat()
     for name in ("doc_type_ancestors", "identifiers", "allowed_principals", "denied_principals"):
         document[name] = list(document[name])
+    document["identifier_values"] = list(chunk.identifier_values)
+    document["courts"] = list(chunk.courts)
     return document
 
 
@@ -769,7 +821,22 @@ class OpenSearchIndex:
                     self._raise_if_rebuilt_for_another_embedder(error)
                 raise error
             results[leg] = leg_hits(leg_response)
-        return MultiSearchResult(legs=results)
+        documents = None
+        if request.constraint is not None:
+            documents = self._document_count(request, results.get(Leg.LEXICAL))
+        return MultiSearchResult(legs=results, document_count=documents)
+
+    def _document_count(self, request: MultiSearchRequest, lexical: LegHits | None) -> int:
+        """Distinct documents of the lexical leg when it holds the whole set, else one aggregation."""
+        if lexical is None:
+            return 0
+        if len(lexical) < request.size:
+            return len({hit.document_id for hit in lexical})
+        response = self._call(self.client.search, index=self.alias, body=document_count_body(request),
+                              params={"allow_partial_search_results": "false"})  # fmt: skip
+        if (error := shard_failure("a document count", self.alias, response)) is not None:
+            raise error
+        return int(response["aggregations"]["documents"]["value"])
 
     def search_filter(
         self, scope: ScopeFilter, filters: SearchFilters, size: int, offset: int = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
+import re
 from operator import itemgetter
 from pathlib import Path
 
@@ -17,13 +18,22 @@ import numpy as np
 import tantivy
 from tantivy import Filter, Occur, Query, TextAnalyzerBuilder, Tokenizer
 
+from ki_core.search.constraint import AnyOf, Constraint, DateMatch, KeywordMatch, TextMatch, TextPrefix, scores_text
 from ki_core.search.contract import IDENTIFIER_TOKEN_PATTERN
-from ki_core.search.types import FILTER_KEYWORD_FIELDS, TERM_FILTER_FIELDS, IndexChunk, ScopeFilter, SearchFilters
+from ki_core.search.types import (
+    DERIVED_KEYWORD_FIELDS,
+    FILTER_KEYWORD_FIELDS,
+    TERM_FILTER_FIELDS,
+    IndexChunk,
+    IndexMappingMismatch,
+    ScopeFilter,
+    SearchFilters,
+)
 
 GERMAN = "ki_german"
 IDENTIFIER = "ki_identifier"
-# Raw (untokenized) keyword fields: every filter field of the spec.
-KEYWORD_FIELDS = FILTER_KEYWORD_FIELDS
+# Raw (untokenized) keyword fields: every filter field of the spec, and the identifier-derived ones.
+KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, *DERIVED_KEYWORD_FIELDS)
 # Indexing buffer shared by the writer threads (tantivy needs >= 15 MB per thread).
 WRITER_HEAP_BYTES = 256_000_000
 _EPOCH = date(1970, 1, 1)
@@ -46,6 +56,27 @@ def german_analyzer() -> tantivy.TextAnalyzer:
     )
 
 
+def german_words() -> tantivy.TextAnalyzer:
+    """The German analyzer's tokenizer alone (lowercased): one token per word position, so a
+    phrase's stop words and over-long words keep their gap (tantivy and Lucene both leave it)."""
+    return TextAnalyzerBuilder(Tokenizer.simple()).filter(Filter.lowercase()).build()
+
+
+def analyzed_positions(text: str) -> tuple[tuple[int, str], ...]:
+    """(position, indexed term) of each word of `text` that the German analyzer keeps."""
+    full, words = _analyzers()
+    return tuple((position, term) for position, word in enumerate(words.analyze(text)) for term in full.analyze(word)[:1])
+
+
+_ANALYZERS: list[tantivy.TextAnalyzer] = []
+
+
+def _analyzers() -> tuple[tantivy.TextAnalyzer, tantivy.TextAnalyzer]:
+    if not _ANALYZERS:
+        _ANALYZERS.extend((german_analyzer(), german_words()))
+    return _ANALYZERS[0], _ANALYZERS[1]
+
+
 def identifier_analyzer() -> tantivy.TextAnalyzer:
     return TextAnalyzerBuilder(Tokenizer.regex(IDENTIFIER_TOKEN_PATTERN)).filter(Filter.lowercase()).build()
 
@@ -55,7 +86,8 @@ def text_schema() -> tantivy.Schema:
     builder.add_unsigned_field("chunk_id", indexed=True, fast=True)
     # Generation that wrote the chunk: lets a reopen find rows that the vector side lacks.
     builder.add_unsigned_field("stamp", fast=True)
-    builder.add_text_field("text", tokenizer_name=GERMAN, index_option="freq")
+    # Positions: phrases of the query language ("fristlose Kündigung") match words in a row.
+    builder.add_text_field("text", tokenizer_name=GERMAN, index_option="position")
     builder.add_text_field("identifiers_text", tokenizer_name=IDENTIFIER, index_option="freq")
     for name in KEYWORD_FIELDS:
         builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
@@ -128,11 +160,18 @@ class TextIndex:
 
     def __init__(self, path: Path, *, writable: bool):
         self.schema = text_schema()
-        if writable:
-            path.mkdir(parents=True, exist_ok=True)
-            self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
-        else:
-            self.index = tantivy.Index.open(str(path))
+        try:
+            if writable:
+                path.mkdir(parents=True, exist_ok=True)
+                self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
+            else:
+                self.index = tantivy.Index.open(str(path))
+                Query.term_query(self.index.schema, "identifier_values", "")
+        except ValueError as exc:
+            raise IndexMappingMismatch(
+                f"the text index at {path} was built without word positions or identifier values ({exc}); "
+                "run `ki reindex` to rebuild it"
+            ) from exc
         self.german = german_analyzer()
         self.identifier = identifier_analyzer()
         self.index.register_tokenizer(GERMAN, self.german)
@@ -183,38 +222,62 @@ class TextIndex:
 
     def ranked(
         self, leg_field: str, query_text: str, strict_filter: TextFilter, limit: int,
-        identifier_terms: tuple[tuple[str, float], ...] = (),
+        identifier_terms: tuple[tuple[str, float], ...] = (), constraint: Constraint | None = None,
     ) -> RankedChunks:
         """BM25 top `limit` inside the filter (the filter adds no score): the query's words on
         `text`, or the identifier leg's weighted whole values on `identifiers_text`, whose
-        ties (many chunks citing one norm) break on chunk id, as on OpenSearch."""
-        ranked = self._top(self._matcher(leg_field, query_text, identifier_terms), strict_filter, limit)
-        return ranked.ties_by_chunk_id() if leg_field == "identifiers_text" else ranked
+        ties (many chunks citing one norm) break on chunk id, as on OpenSearch. With a
+        `constraint` every hit satisfies it; the lexical leg then scores the constraint itself."""
+        matcher = self._matcher(leg_field, query_text, identifier_terms, constraint)
+        ranked = self._top(matcher, strict_filter, limit, self._required(leg_field, constraint))
+        return ranked.ties_by_chunk_id() if leg_field == "identifiers_text" or constraint is not None else ranked
 
     def match_count(
         self, leg_field: str, query_text: str, strict_filter: TextFilter,
-        identifier_terms: tuple[tuple[str, float], ...] = (),
+        identifier_terms: tuple[tuple[str, float], ...] = (), constraint: Constraint | None = None,
     ) -> int:
         """How many chunks `ranked` could return without a limit: counting costs a tenth of a
         millisecond where collecting thousands of hits into Python costs milliseconds."""
-        matcher = self._matcher(leg_field, query_text, identifier_terms)
+        matcher = self._matcher(leg_field, query_text, identifier_terms, constraint)
         if matcher is None:
             return 0
-        return self.index.searcher().search(self._filtered(matcher, strict_filter), 1, count=True).count
+        query = self._filtered(matcher, strict_filter, self._required(leg_field, constraint))
+        return self.index.searcher().search(query, 1, count=True).count
 
-    def _matcher(self, leg_field: str, query_text: str, identifier_terms: tuple[tuple[str, float], ...]) -> Query | None:
+    def matching_chunk_ids(self, constraint: Constraint, strict_filter: TextFilter) -> list[int]:
+        """Every chunk inside the filter that satisfies the constraint (the embedded semantic leg's mask)."""
+        query = self._filtered(self.constraint_query(constraint), strict_filter)
+        searcher = self.index.searcher()
+        count = searcher.search(query, 1, count=True).count
+        if count == 0:
+            return []
+        hits = searcher.search(query, count, count=False).hits
+        return searcher.fast_field_values("chunk_id", list(map(itemgetter(1), hits)))
+
+    def _matcher(
+        self, leg_field: str, query_text: str, identifier_terms: tuple[tuple[str, float], ...],
+        constraint: Constraint | None = None,
+    ) -> Query | None:
         if leg_field == "identifiers_text":
             return self.identifier_query(identifier_terms)
+        if constraint is not None:
+            query = self.constraint_query(constraint)
+            return query if scores_text(constraint) else Query.const_score_query(query, 1.0)
         return self.match_query(leg_field, query_text)
 
-    @staticmethod
-    def _filtered(matcher: Query, strict_filter: TextFilter) -> Query:
-        return Query.boolean_query([(Occur.Must, matcher), *strict_filter.clauses()])
+    def _required(self, leg_field: str, constraint: Constraint | None) -> Query | None:
+        """The constraint as a filter for a leg that does not score it (the identifier leg)."""
+        return self.constraint_query(constraint) if constraint is not None and leg_field != "text" else None
 
-    def _top(self, matcher: Query | None, strict_filter: TextFilter, limit: int) -> RankedChunks:
+    @staticmethod
+    def _filtered(matcher: Query, strict_filter: TextFilter, required: Query | None = None) -> Query:
+        extra = [] if required is None else [(Occur.Must, Query.const_score_query(required, 0.0))]
+        return Query.boolean_query([(Occur.Must, matcher), *strict_filter.clauses(), *extra])
+
+    def _top(self, matcher: Query | None, strict_filter: TextFilter, limit: int, required: Query | None) -> RankedChunks:
         if matcher is None:
             return NO_HITS
-        query = self._filtered(matcher, strict_filter)
+        query = self._filtered(matcher, strict_filter, required)
         searcher = self.index.searcher()
         hits = searcher.search(query, limit, count=False).hits
         if not hits:
@@ -252,6 +315,27 @@ class TextIndex:
         return Query.boolean_query(
             [(Occur.Should, Query.term_query(self.schema, leg_field, token, index_option="freq")) for token in tokens]
         )
+
+    def constraint_query(self, node: Constraint) -> Query:
+        """The query language's tree as tantivy clauses, meaning what opensearch.constraint_clause means."""
+        if isinstance(node, TextMatch):
+            if len(node.tokens) == 1:
+                return Query.term_query(self.schema, "text", node.tokens[0][1], index_option="position")
+            return Query.phrase_query(self.schema, "text", list(node.tokens))
+        if isinstance(node, TextPrefix):
+            return Query.regex_query(self.schema, "text", re.escape(node.prefix) + ".*")
+        if isinstance(node, KeywordMatch):
+            if not node.values:
+                return Query.empty_query()
+            return Query.term_set_query(self.schema, node.field, list(node.values))
+        if isinstance(node, DateMatch):
+            low = day_number(node.start) if node.start else None
+            high = day_number(node.end) if node.end else None
+            return Query.range_query(self.schema, "doc_date", tantivy.FieldType.Integer, low, high)
+        if isinstance(node, AnyOf):
+            return Query.boolean_query([(Occur.Should, self.constraint_query(child)) for child in node.any])
+        must = [(Occur.Must, self.constraint_query(child)) for child in node.must] or [(Occur.Must, Query.all_query())]
+        return Query.boolean_query(must + [(Occur.MustNot, self.constraint_query(child)) for child in node.must_not])
 
     # ----------------------------------------------------------------- filters
 

@@ -16,6 +16,9 @@ import numpy as np
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ki_core.identifiers.whole_values import courts_of, identifier_values
+from ki_core.search.constraint import Constraint
+
 T = TypeVar("T")
 
 # Ranked paging re-ranks the whole window, so a deeper window is refused (spec: _MAX_RANKED_WINDOW).
@@ -40,6 +43,9 @@ FILTER_KEYWORD_FIELDS = (
     "chunk_kind",
     "clause_type",
 )
+# Keyword fields derived from the identifiers (IndexChunk.identifier_values, .courts), filtered
+# on by the query language's az:/norm:/gericht: in both backends.
+DERIVED_KEYWORD_FIELDS = ("identifier_values", "courts")
 # SearchFilters field -> the indexed field it is a term on, in every backend; doc_type is
 # matched against the ancestors, so filtering by a type includes its subtypes.
 TERM_FILTER_FIELDS = {
@@ -156,6 +162,16 @@ class IndexChunk(_Frozen):
     def identifiers_text(self) -> str:
         return " ".join(self.identifiers)
 
+    @property
+    def identifier_values(self) -> tuple[str, ...]:
+        """Whole normalized identifiers with their ancestors: what `az:`/`norm:` filter on."""
+        return identifier_values(self.identifiers)
+
+    @property
+    def courts(self) -> tuple[str, ...]:
+        """Casefolded courts named by the identifiers: what `gericht:` filters on."""
+        return courts_of(self.identifiers)
+
 
 class AccessProjection(_Frozen):
     """The access-only fields of every chunk of one version, updated without re-embedding."""
@@ -182,6 +198,9 @@ class MultiSearchRequest(_Frozen):
     # Who asks (sorted): with the query and the index slice, what picks one shard copy for every
     # page of this query on a cluster with replicas (OpenSearch `preference`).
     principals: tuple[str, ...] = ()
+    # A boolean query (amendments.md 6): every leg's hits satisfy it. The lexical leg then scores
+    # the tree itself (or, with no text condition in it, lists the set in chunk id order).
+    constraint: Constraint | None = None
 
     def legs_to_send(self) -> list[Leg]:
         """Legs that can match: none of the text legs under match_none, no lexical leg for blank
@@ -189,7 +208,7 @@ class MultiSearchRequest(_Frozen):
         legs = [Leg.SEMANTIC] if self.query_vector is not None else []
         if self.scope.match_none:
             return legs
-        if self.query_text.strip():
+        if self.query_text.strip() or self.constraint is not None:
             legs = [Leg.LEXICAL, *legs]
         if self.identifier_terms:
             legs.append(Leg.IDENTIFIER)
@@ -245,16 +264,28 @@ class LegHits(RowSequence[LegHit]):
     """One leg's ranked hits, best first: chunk ids, scores and version statuses as arrays for
     fusion, and a LegHit per row only when one is read (`row(i)`, built by the backend)."""
 
-    __slots__ = ("chunk_ids", "scores", "statuses", "_row")
+    __slots__ = ("chunk_ids", "scores", "statuses", "_row", "_documents")
 
     def __init__(
-        self, chunk_ids: np.ndarray, scores: np.ndarray, statuses: np.ndarray, row: Callable[[int], LegHit]
+        self, chunk_ids: np.ndarray, scores: np.ndarray, statuses: np.ndarray, row: Callable[[int], LegHit],
+        documents: Callable[[], dict[str, str]] | None = None,
     ) -> None:
         self.chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
         self.scores = np.asarray(scores, dtype=np.float64)
         # Fixed-width text, not objects: fusion compares the column with each boosted status in C.
         self.statuses = np.asarray(statuses, dtype=str)
         self._row = row
+        self._documents = documents
+
+    def documents(self) -> dict[str, str]:
+        """document id -> the version of its best hit, in rank order: what a search counts as matched.
+        A backend may gather it from its columns (embedded) instead of building every row."""
+        if self._documents is not None:
+            return self._documents()
+        found: dict[str, str] = {}
+        for hit in self:
+            found.setdefault(hit.document_id, hit.document_version_id)
+        return found
 
     @classmethod
     def of(cls, hits: Sequence[LegHit]) -> LegHits:
@@ -293,6 +324,8 @@ class LegHits(RowSequence[LegHit]):
 @dataclass(frozen=True, slots=True)
 class MultiSearchResult:
     legs: dict[Leg, LegHits]
+    # Documents in the constraint's set, counted by the index when the lexical leg was cut at its size.
+    document_count: int | None = None
 
     def hits(self, leg: Leg) -> LegHits:
         return self.legs.get(leg) or LegHits.empty()

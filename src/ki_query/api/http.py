@@ -27,6 +27,7 @@ from ki_query.audit import AuditAction, AuditEntry, AuditFilter, Surface, audit_
 from ki_query.identity import Forbidden, Identity, resolve_identity
 from ki_query.api.refusals import REFUSAL_STATUS, refusal_reason
 from ki_query.reading import DEFAULT_TEXT_CHARS, DocumentText, TextRequest, content_disposition
+from ki_query.query_language.syntax import QuerySyntaxError
 from ki_query.retrieval import RetrievalService
 from ki_query.types import (
     DecisionHit,
@@ -110,6 +111,9 @@ class ErrorBody(BaseModel):
 
     detail: str
     errors: list[dict[str, str]] | None = None
+    # A query the query language cannot read: where (0-based character offset) and what it understands.
+    position: int | None = None
+    hint: str | None = None
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -148,7 +152,10 @@ def _printable(text: str) -> str:
 def _handler(status: int):
     async def handle(_request: Request, exc: Exception) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return JSONResponse({"detail": refusal_reason(exc)}, status_code=status, headers=headers)
+        body: dict[str, Any] = {"detail": refusal_reason(exc)}
+        if isinstance(exc, QuerySyntaxError):
+            body |= {"position": exc.position, "hint": exc.hint}
+        return JSONResponse(body, status_code=status, headers=headers)
 
     return handle
 

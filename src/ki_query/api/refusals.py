@@ -17,6 +17,7 @@ from ki_query.audit import AuditUnavailable
 from ki_query.federation.errors import EmptyQuestion, UnknownCorpus
 from ki_query.identity import Forbidden, Unauthenticated
 from ki_query.reading import OriginalUnavailable, TextRangeRefused
+from ki_query.query_language.syntax import QuerySyntaxError
 from ki_query.types import (
     DocumentNotFound,
     InvalidDecision,
@@ -38,6 +39,7 @@ REFUSAL_STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (TextRangeRefused, 400),
     (OriginalUnavailable, 409),
     (QueryTooLong, 400),
+    (QuerySyntaxError, 400),
     (EmptyQuestion, 400),
     (UnknownCorpus, 400),
     (TraversalTooDeep, 400),

@@ -31,7 +31,7 @@ from ki_query.web.credentials import (
     signed_in,
 )
 from ki_query.web.render import STATIC_DIR, Pages
-from ki_query.web.search_form import PAGE_SIZE, SearchForm
+from ki_query.web.search_form import PAGE_SIZE, SORT_ORDERS, SearchForm
 from ki_query.web.text import LANGUAGE_COOKIE, LANGUAGES
 
 # A sign-in or redrive form is a few hundred bytes; anything much larger is not ours.
@@ -196,6 +196,8 @@ class WebPages:
         matters = await run_in_threadpool(self._read, catalog.matter_names, [h["document_id"] for h in hits])
         return self._render(request, "search.html", caller, is_admin, form=form, choices=choices, hits=hits,
                             has_more=answer.get("has_more", False), matters=matters, error=error, page_size=PAGE_SIZE,
+                            total=answer.get("total"), estimate=answer.get("total_is_estimate", False),
+                            match=answer.get("match"), facets=answer.get("facets"), sort_orders=SORT_ORDERS,
                             doc_types=catalog.doc_type_choices(), statuses=catalog.STATUS_CHOICES,
                             languages=catalog.LANGUAGE_CHOICES)
 

@@ -16,6 +16,7 @@ from starlette.datastructures import QueryParams
 from ki_core.search.types import MAX_RANKED_WINDOW
 
 PAGE_SIZE = 10
+SORT_ORDERS = ("relevance", "date_desc", "date_asc")
 # The ranked window ends at offset + limit = MAX_RANKED_WINDOW: the last page a ranked search has.
 LAST_RANKED_PAGE = MAX_RANKED_WINDOW // PAGE_SIZE
 # form field -> SearchFilters field
@@ -33,6 +34,8 @@ class SearchForm:
     language: str = ""
     date_from: str = ""
     date_to: str = ""
+    # relevance (empty), date_desc or date_asc: a ranked search's order (SearchRequest.sort).
+    sort: str = ""
     page: int = 1
 
     @classmethod
@@ -60,10 +63,20 @@ class SearchForm:
         """(API path, body) for this page."""
         window = {"offset": (self.page - 1) * PAGE_SIZE, "limit": PAGE_SIZE}
         if self.q:
-            return "/v1/search", {"query": self.q, "filters": self.filters, "explain": True, **window}
+            order = self.sort if self.sort in SORT_ORDERS else "relevance"
+            return "/v1/search", {"query": self.q, "filters": self.filters, "explain": True, "sort": order,
+                                  "facets": True, **window}  # fmt: skip
         return "/v1/search/filter", {"filters": self.filters, **window}
 
-    def url(self, page: int) -> str:
-        """The link to another page of the same search."""
+    def url(self, page: int, **changes: str) -> str:
+        """The link to another page of the same search, or (changes) of a changed one."""
         params = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "page" and getattr(self, f.name)}
+        params = {name: value for name, value in {**params, **changes}.items() if value}
         return "/search?" + urlencode({**params, "page": page})
+
+    def narrowed(self, field_filter: str) -> str:
+        """Page 1 of this search with a facet's field filter added to the query (`typ:"Urteil"`)."""
+        return self.url(1, q=f"{self.q} {field_filter}")
+
+    def sorted_by(self, order: str) -> str:
+        return self.url(1, sort="" if order == "relevance" else order)

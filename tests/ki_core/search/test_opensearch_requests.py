@@ -94,6 +94,8 @@ EXPECTED_PROPERTIES = {
             "parameters": {"m": 16, "ef_construction": 128},
         },
     },
+    "courts": {"type": "keyword"},
+    "identifier_values": {"type": "keyword"},
     "identifiers": {"type": "keyword"},
     "identifiers_text": {"type": "text", "analyzer": "ki_identifier"},
     "language": {"type": "keyword"},
@@ -272,6 +274,8 @@ def test_bulk_sends_one_request_of_index_update_and_delete_lines(script: Script)
             "clause_type": "clause.termination",
             "identifiers": ["§ 573c BGB", "VIII ZR 123/20"],
             "identifiers_text": "§ 573c BGB VIII ZR 123/20",
+            "identifier_values": ["§ 573c BGB", "VIII ZR 123/20"],
+            "courts": ["bgh"],
             "allowed_principals": ["group:miete"],
             "denied_principals": ["user:x"],
             "access_version": 2,
@@ -292,8 +296,8 @@ def test_bulk_leaves_out_null_fields(script: Script) -> None:
     make_index(script).bulk([IndexOp(bare)])
     assert set(script.sent[0].body[1]) == {
         "chunk_id", "text", "embedding", "project_id", "document_id", "document_version_id", "doc_type_ancestors",
-        "version_status", "chunk_kind", "identifiers", "identifiers_text", "allowed_principals",
-        "denied_principals", "access_version", "meta",
+        "version_status", "chunk_kind", "identifiers", "identifiers_text", "identifier_values", "courts",
+        "allowed_principals", "denied_principals", "access_version", "meta",
     }  # fmt: skip
 
 

@@ -133,22 +133,31 @@ def search(
     offset: int = typer.Option(0, min=0),
     limit: int = typer.Option(10, min=1),
     explain: bool = typer.Option(False, help="Show legs, fused score, boost and the grant path per hit."),
-    as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
+    sort: str = typer.Option("relevance", help="relevance, date_desc (newest first) or date_asc."),
+    as_json: bool = typer.Option(False, "--json", help="Print the response as JSON (with facets)."),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
 ) -> None:
-    """Search the index as a principal: access scope first, then the three legs, fusion and verification."""
+    """Search the index as a principal: access scope first, then the three legs, fusion and verification.
+
+    Query language: "exact phrase", -exclude, NOT, OR, (parentheses), Kündig*, and the fields
+    typ: projekt: mandat: datum:YYYY-MM-DD..YYYY-MM-DD gericht: az: norm:."""
     from ki_core.config import load_settings
+    from ki_query.query_language.parser import parse_query
     from ki_query.types import SearchRequest, check_query_length
 
     check_query_length(query, load_settings().retrieval.max_query_chars)  # before the index is opened
+    parse_query(query)  # a malformed query is refused before the index is opened, too
     warn_unknown(as_, strict)
     filters = _filters(project, matter, doc_type, status, language, _parse_date(date_from), _parse_date(date_to), clause_type, chunk_kind)
-    response = _service().search(SearchRequest(query=query, filters=filters, offset=offset, limit=limit, explain=explain), as_)
+    request = SearchRequest(query=query, filters=filters, offset=offset, limit=limit, explain=explain, sort=sort,
+                            facets=as_json)  # fmt: skip
+    response = _service().search(request, as_)
     if as_json:
         typer.echo(response.model_dump_json(indent=2))
         return
     title = escape(f"{query!r} as {', '.join(as_)}")
     console.print(_hits_view(response.hits, title, ranked=True) if response.hits else f"{title}: no hits")
+    console.print(_count_line(response.total, response.total_is_estimate, response.match))
     if explain:
         for n, hit in enumerate(response.hits, start=1):
             if hit.explain is not None:
@@ -179,6 +188,12 @@ def _hits_blocks(hits: Iterable[Hit], title: str, ranked: bool) -> Group:
             f"   {escape(citation.excerpt[:240])}"
         )
     return Group(*blocks)
+
+
+def _count_line(total: int, estimate: bool, match: str) -> str:
+    """"23 Treffer" (about, for a ranked query), and a warning when the best hit answers the query poorly."""
+    count = f"{'about ' if estimate else ''}{total} documents match"
+    return count if match == "strong" else f"{count} · no good match ({match})"
 
 
 def _hits_table(hits: Iterable[Hit], title: str, ranked: bool) -> Table:

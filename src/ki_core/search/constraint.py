@@ -1,0 +1,90 @@
+"""A boolean query both backends execute with the same meaning (amendments.md 6).
+
+The query side parses the search box once (ki_query.query_language) and resolves its fields;
+what reaches the index is this tree of text and keyword conditions. Each backend compiles
+it into its own clauses (tantivy queries, an OpenSearch bool) and puts it into the strict
+filter of every leg, so no leg can bring a chunk outside the set.
+
+Text conditions carry their tokens as the embedded analyzer cut them (position, token):
+tantivy matches those terms at those positions; OpenSearch reads the same text through its
+copy of the analyzer (ki_german) with match_phrase.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Syntax field -> the indexed keyword field it is a term on, in both backends.
+CONSTRAINT_KEYWORD_FIELDS = frozenset(
+    {"doc_type_ancestors", "project_id", "matter_id", "identifier_values", "courts"}
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextMatch(_Frozen):
+    """A word or phrase of `text`: its tokens in a row (stop words leave their gap)."""
+
+    kind: Literal["text"] = "text"
+    text: str
+    tokens: tuple[tuple[int, str], ...] = Field(min_length=1)
+
+
+class TextPrefix(_Frozen):
+    """A trailing wildcard: an indexed term of `text` starting with `prefix` (lowercase, umlauts
+    folded as the Snowball stemmer folds them, so "Kündig*" finds "kündigung" -> "kundig")."""
+
+    kind: Literal["prefix"] = "prefix"
+    prefix: str = Field(min_length=1)
+
+
+class KeywordMatch(_Frozen):
+    """One of the values on a keyword field (an unknown name resolves to no value: matches nothing)."""
+
+    kind: Literal["keyword"] = "keyword"
+    field: str
+    values: tuple[str, ...]
+
+
+class DateMatch(_Frozen):
+    """doc_date inside [start, end], an end may be open; a chunk without doc_date never matches."""
+
+    kind: Literal["date"] = "date"
+    start: date | None = None
+    end: date | None = None
+
+
+class AllOf(_Frozen):
+    """Every `must` and no `must_not`; with no `must`, everything but the `must_not`."""
+
+    kind: Literal["all"] = "all"
+    must: tuple[Constraint, ...] = ()
+    must_not: tuple[Constraint, ...] = ()
+
+
+class AnyOf(_Frozen):
+    kind: Literal["any"] = "any"
+    any: tuple[Constraint, ...] = Field(min_length=1)
+
+
+Constraint = Annotated[
+    Union[TextMatch, TextPrefix, KeywordMatch, DateMatch, AllOf, AnyOf], Field(discriminator="kind")
+]
+AllOf.model_rebuild()
+AnyOf.model_rebuild()
+
+
+def scores_text(node: Constraint) -> bool:
+    """Whether a positive text condition is in the tree (else the lexical leg lists the set unscored)."""
+    if isinstance(node, TextMatch | TextPrefix):
+        return True
+    if isinstance(node, AllOf):
+        return any(scores_text(child) for child in node.must)
+    if isinstance(node, AnyOf):
+        return any(scores_text(child) for child in node.any)
+    return False

@@ -1,0 +1,232 @@
+"""Parse the search box's text once into the typed tree of `syntax` (issue 39).
+
+lark with the grammar file `query.lark`, not luqum: luqum reads all of Lucene, so `?`, `~`,
+`^`, `[ ]`, `{ }`, `/…/`, `&&`, `||` and every `word:` would be operators that a German
+question ("Wann verjährt der Anspruch?"), a citation ("Abs. 2 [neu]") or "Haftung:" would
+trip over, and each would have to be escaped and checked again. The grammar names only what
+this language has; everything else is a word.
+
+Field values: a quoted phrase, or the text up to the next keyword, field, phrase or
+parenthesis, cut here: `az:`/`norm:` take the identifier ki_core.identifiers finds at the
+value's start (the rest is text), `datum:` one range, the other fields one word.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from functools import cache
+from importlib.resources import files
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedInput, VisitError
+
+from ki_core.identifiers import court_table, extract
+from ki_query.query_language.syntax import (
+    FIELD_NAMES,
+    GERMAN_FIELD,
+    All,
+    Any,
+    DateSpan,
+    Field,
+    Node,
+    Not,
+    ParsedQuery,
+    Phrase,
+    QuerySyntaxError,
+    Wildcard,
+    Word,
+)
+
+HINT = 'Hinweis: "genaue Phrase", -ausschließen, OR, (Klammern), Kündig*, typ:Urteil, datum:2020-01-01..2021-12-31'
+_WORD_CHAR = re.compile(r"[\w§]")
+_DATE_RANGE = re.compile(r"^(\d{4}-\d{2}-\d{2})?\.\.(\d{4}-\d{2}-\d{2})?$|^(\d{4}-\d{2}-\d{2})$")
+
+
+@cache
+def _parser() -> Lark:
+    grammar = files("ki_query.query_language").joinpath("query.lark").read_text(encoding="utf-8")
+    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=False)
+
+
+def parse_query(text: str) -> ParsedQuery:
+    """The tree of `text`; QuerySyntaxError (with position and a German message) when it cannot be read."""
+    if not text.strip():
+        return ParsedQuery(text=text, tree=None, plain=True)
+    _check_balanced(text)
+    try:
+        tree = _ToNodes(text).transform(_parser().parse(text))
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, QuerySyntaxError):
+            raise exc.orig_exc from None
+        raise
+    except UnexpectedInput as exc:
+        raise _unexpected(text, exc) from None
+    _check_not_only_exclusions(tree)
+    return ParsedQuery(text=text, tree=tree, plain=_is_plain(tree))
+
+
+def _is_plain(tree: Node) -> bool:
+    """Only words, joined by the implicit AND: today's ranked query (`Kündigung fristlos`)."""
+    if isinstance(tree, Word):
+        return True
+    return isinstance(tree, All) and tree.position == -1 and all(isinstance(c, Word) for c in tree.children)
+
+
+def _check_balanced(text: str) -> None:
+    """Quotes and parentheses are checked before the grammar so the message names the opening one."""
+    quote: int | None = None
+    opened: list[int] = []
+    for position, char in enumerate(text):
+        if char == '"':
+            quote = position if quote is None else None
+        elif quote is None and char == "(":
+            opened.append(position)
+        elif quote is None and char == ")":
+            if not opened:
+                raise QuerySyntaxError("Schließende Klammer ohne öffnende", position, HINT)
+            opened.pop()
+    if quote is not None:
+        raise QuerySyntaxError("Anführungszeichen wird nicht geschlossen", quote, HINT)
+    if opened:
+        raise QuerySyntaxError("Klammer wird nicht geschlossen", opened[-1], HINT)
+
+
+def _unexpected(text: str, exc: UnexpectedInput) -> QuerySyntaxError:
+    position = min(getattr(exc, "pos_in_stream", None) or len(text), len(text))
+    token = getattr(exc, "token", None)
+    if token is not None and getattr(token, "type", "") == "$END":
+        return QuerySyntaxError("Der Suche fehlt nach dem letzten Operator ein Suchbegriff", len(text.rstrip()), HINT)
+    if token is not None and str(token) == ")":
+        return QuerySyntaxError("Leere Klammer", position, HINT)
+    return QuerySyntaxError(f"Hier fehlt ein Suchbegriff vor {str(token or text[position:position + 1])!r}",
+                            position, HINT)  # fmt: skip
+
+
+def _check_not_only_exclusions(tree: Node) -> None:
+    """`-Wohnraum` alone would list everything but one word: refused, the user meant something to find."""
+    children = tree.children if isinstance(tree, All) else (tree,)
+    if all(isinstance(child, Not) for child in children):
+        raise QuerySyntaxError(
+            "Die Suche schließt nur aus; es fehlt ein Begriff, nach dem gesucht wird", children[0].position, HINT
+        )
+
+
+@v_args(inline=True)
+class _ToNodes(Transformer):
+    """lark's parse tree to `syntax` nodes; field values resolved to what they name."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def word(self, token: Token) -> Node:
+        value = str(token)
+        if value.endswith("*") and len(value) > 1 and _WORD_CHAR.search(value[:-1]) and "*" not in value[:-1]:
+            return Wildcard(prefix=value[:-1], position=token.start_pos)
+        return Word(text=value, position=token.start_pos)
+
+    def phrase(self, token: Token) -> Node:
+        return Phrase(text=str(token)[1:-1], position=token.start_pos)
+
+    def negated(self, keyword: Token, child: Node) -> Node:
+        return Not(child=child, position=keyword.start_pos)
+
+    def excluded(self, _minus: Token, child: Node) -> Node:
+        return Not(child=child, position=_minus.start_pos)
+
+    def and_expr(self, *items: Node | Token) -> Node:
+        """Implicit ANDs get position -1 (a plain query may consist of them); an explicit AND
+        keyword makes the query an operator query."""
+        keywords = [item for item in items if isinstance(item, Token)]
+        children = tuple(item for item in items if not isinstance(item, Token))
+        return All(children=_flat(children, All), position=keywords[0].start_pos if keywords else -1)
+
+    def group(self, paren: Token, inner: Node) -> Node:
+        """Parentheses mark an operator query even around plain words."""
+        children = inner.children if isinstance(inner, All) and inner.position == -1 else (inner,)
+        return All(children=children, position=paren.start_pos)
+
+    def or_expr(self, *children: Node) -> Node:
+        return Any(children=_flat(children, Any), position=_position(children[0]))
+
+    def field(self, name: Token, value: Token) -> Node:
+        field = FIELD_NAMES[str(name).split(":")[0].strip().lower()]
+        raw = str(value)
+        if value.type == "PHRASE":
+            head, rest = raw[1:-1].strip(), ""
+        else:
+            head, rest = _cut_value(field, raw)
+        if not head:
+            raise QuerySyntaxError(f"{GERMAN_FIELD[field]}: ohne Wert", name.start_pos, HINT)
+        node: Node = (
+            _date_span(head, name.start_pos) if field == "date" else Field(name=field, value=head, position=name.start_pos)
+        )
+        if not rest.strip():
+            return node
+        offset = value.start_pos + raw.index(rest)
+        words = [Word(text=m.group(), position=offset + m.start()) for m in re.finditer(r"\S+", rest)]
+        return All(children=(node, *[self.word(_word_token(w)) for w in words]), position=name.start_pos)
+
+
+def _word_token(word: Word) -> Token:
+    return Token("WORD", word.text, start_pos=word.position)
+
+
+def _flat(children: tuple[Node, ...], kind: type[All] | type[Any]) -> tuple[Node, ...]:
+    """Nested ANDs (or ORs) as one list: `a (b c)` has the same meaning as `a b c`, but the
+    parentheses themselves make a query an operator query, so only unmarked ones are merged."""
+    flat: list[Node] = []
+    for child in children:
+        if isinstance(child, kind) and child.position == -1:
+            flat += child.children
+        else:
+            flat.append(child)
+    return tuple(flat)
+
+
+def _position(node: Node) -> int:
+    if isinstance(node, All) and node.position == -1:
+        return _position(node.children[0])
+    return node.position
+
+
+def _cut_value(field: str, raw: str) -> tuple[str, str]:
+    """(value, rest as text): the identifier at the start for az/norm (else the whole value, a
+    pasted file number), else the first word."""
+    stripped = raw.strip()
+    if field in ("docket", "statute"):
+        found = [i for i in extract(stripped) if i.start == 0]
+        if found:
+            return stripped[: found[0].end], stripped[found[0].end :]
+        return stripped, ""
+    head, _, rest = stripped.partition(" ")
+    if field == "court" and rest and head in _regional_court_codes():  # "OLG München": the court and its seat
+        seat, _, rest = rest.partition(" ")
+        return f"{head} {seat}", rest
+    return head, rest
+
+
+@cache
+def _regional_court_codes() -> frozenset[str]:
+    """Court codes that need their seat to name one court (OLG, LG, AG, ...)."""
+    return frozenset(court_table().court_types.values())
+
+
+def _date_span(value: str, position: int) -> DateSpan:
+    match = _DATE_RANGE.match(value)
+    if match is None:
+        raise QuerySyntaxError(
+            f"datum:{value} ist kein Zeitraum; erwartet JJJJ-MM-TT..JJJJ-MM-TT (ein Ende darf fehlen)", position, HINT
+        )
+    start_text, end_text, single = match.groups()
+    try:
+        start = date.fromisoformat(single or start_text) if (single or start_text) else None
+        end = date.fromisoformat(single or end_text) if (single or end_text) else None
+    except ValueError:
+        raise QuerySyntaxError(f"datum:{value} enthält kein gültiges Datum", position, HINT) from None
+    if start is None and end is None:
+        raise QuerySyntaxError("datum:.. ohne Anfang und Ende", position, HINT)
+    if start and end and start > end:
+        raise QuerySyntaxError(f"datum:{value}: der Anfang liegt nach dem Ende", position, HINT)
+    return DateSpan(start=start, end=end, position=position)

@@ -1,0 +1,173 @@
+"""The query language means the same on both backends (amendments.md 6, issue 39).
+
+A fixture of 360 chunks (real BGB Absätze with added sentences, 90 documents) is searched with
+syntax queries compiled by the query side. Each query's set is written out by an oracle that
+reads the chunks the way the analyzer does; every leg's hits must lie in that set, the lexical
+leg must list all of it, and the document count must be exact. The legs ask for five hits, far
+fewer than the set holds, so a constraint applied after ranking would show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import date
+
+import pytest
+
+from ki_core.ontology import ancestors
+from ki_core.search.constraint import AllOf, AnyOf, Constraint, DateMatch, KeywordMatch, TextMatch, TextPrefix
+from ki_core.search.index import IndexOp, SearchIndex
+from ki_core.search.text_index import analyzed_positions
+from ki_core.search.types import IndexChunk, Leg, MultiSearchRequest
+from ki_query.query_language.plan import plan_query
+from tests.ki_core.search.backends import CONTRACT_BACKENDS, make_backend
+from tests.ki_core.search.conftest import EVERYTHING, FIXTURE_CHUNKS, unit_vector
+
+SENTENCES = (
+    "Die fristlose Kündigung des Mietverhältnisses über Wohnraum ist unwirksam.",
+    "Eine fristlose Kündigung wurde nicht ausgesprochen.",
+    "Die Kündigung war fristlos und kam überraschend.",
+    "Der Pachtvertrag endet mit Ablauf des Jahres.",
+    "Schadensersatz wegen Pflichtverletzung nach Verzug des Schuldners.",
+    "Müller/Schmidt haben die Haftung für Folgeschäden übernommen.",
+    "",
+)
+TYPES = ("doc_type:decision.judgment", "doc_type:contract.lease.residential", "doc_type:memo", "doc_type:decision.order")
+DATES = (date(2019, 5, 2), date(2020, 3, 12), None, date(2021, 7, 30), date(2020, 11, 1))
+IDENTIFIERS = (
+    ("§ 573c Abs. 1 BGB", "VII ZR 123/19"),
+    ("§ 573c BGB",),
+    ("§ 573 BGB", "VIII ZR 123/20"),
+    ("ECLI:DE:BGH:2020:120320UVIIZR123.19.0",),
+    (),
+)
+SIZE = 5
+
+
+def constraint_chunks() -> list[IndexChunk]:
+    chunks = []
+    for i in range(360):
+        base = FIXTURE_CHUNKS[i % len(FIXTURE_CHUNKS)]
+        document = i // 4
+        doc_type = TYPES[document % len(TYPES)]
+        chunks.append(base.model_copy(update={
+            "chunk_id": 10_000 + i,
+            "document_id": f"doc-{document}",
+            "document_version_id": f"ver-{document}-{i % 2}",
+            "project_id": base.project_id,
+            "text": f"{base.text} {SENTENCES[(i + i // len(FIXTURE_CHUNKS)) % len(SENTENCES)]}",
+            "embedding": unit_vector(f"c{i}"),
+            "doc_type": doc_type,
+            "doc_type_ancestors": ancestors(doc_type),
+            "doc_date": DATES[document % len(DATES)],
+            "identifiers": IDENTIFIERS[document % len(IDENTIFIERS)],
+        }))  # fmt: skip
+    return chunks
+
+
+CHUNKS = constraint_chunks()
+SCOPE = EVERYTHING.model_copy(update={"project_ids": frozenset(c.project_id for c in CHUNKS)})
+
+QUERIES = [
+    '"fristlose Kündigung"',
+    '"fristlose Kündigung" -Wohnraum',
+    "Kündig*",
+    "Kündigung -fristlos",
+    "Pachtvertrag OR Schadensersatz",
+    "(Pachtvertrag OR Schadensersatz) Mietsache",
+    "Kündigung NOT Wohnraum",
+    "typ:Urteil",
+    "typ:Urteil Kündigung",
+    "typ:Vertrag OR typ:Beschluss",
+    "datum:2020-01-01..2020-12-31",
+    "datum:..2019-12-31 Mietsache",
+    "datum:2021-06-01..",
+    "az:VII ZR 123/19",
+    "norm:§ 573c BGB",
+    "norm:§ 573c Abs. 1 BGB",
+    "gericht:BGH",
+    '"Mietverhältnisses über Wohnraum"',
+    "Vermiet* -Mieter",
+    "Mieter AND Vermieter",
+    '"Müller/Schmidt"',
+    "-(Wohnraum OR Pacht*) Kündigung",
+    '"Kündigung des Mietverhältnisses"',
+    'az:"VIII ZR 123/20" Mietsache',
+    "typ:Urteil -datum:2020-01-01..2020-12-31",
+]
+
+
+def oracle(node: Constraint, chunk: IndexChunk) -> bool:
+    """The constraint's meaning, written out plainly over one chunk."""
+    if isinstance(node, TextMatch):
+        at = dict(analyzed_positions(chunk.text))
+        first = node.tokens[0][0]
+        return any(
+            all(at.get(start + position - first) == token for position, token in node.tokens) for start in at
+        )
+    if isinstance(node, TextPrefix):
+        return any(token.startswith(node.prefix) for _, token in analyzed_positions(chunk.text))
+    if isinstance(node, KeywordMatch):
+        values = {
+            "doc_type_ancestors": chunk.doc_type_ancestors, "project_id": (chunk.project_id,),
+            "matter_id": (chunk.matter_id,), "identifier_values": chunk.identifier_values, "courts": chunk.courts,
+        }[node.field]  # fmt: skip
+        return bool(set(values) & set(node.values))
+    if isinstance(node, DateMatch):
+        day = chunk.doc_date
+        return day is not None and (node.start is None or day >= node.start) and (node.end is None or day <= node.end)
+    if isinstance(node, AnyOf):
+        return any(oracle(child, chunk) for child in node.any)
+    assert isinstance(node, AllOf)
+    return all(oracle(c, chunk) for c in node.must) and not any(oracle(c, chunk) for c in node.must_not)
+
+
+@pytest.fixture(scope="module", params=CONTRACT_BACKENDS)
+def constrained_index(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SearchIndex]:
+    chosen, cleanup = make_backend(request.param, tmp_path_factory.mktemp("constraint") / "index")
+    try:
+        index = chosen.open()
+        index.ensure()
+        index.bulk(IndexOp(chunk) for chunk in CHUNKS)
+        index.refresh()
+        yield index
+    finally:
+        chosen.close_all()
+        cleanup()
+
+
+def _request(query: str, size: int) -> MultiSearchRequest:
+    plan = plan_query(query, None)
+    assert plan.constraint is not None, query
+    return MultiSearchRequest(
+        query_text=plan.text, query_vector=unit_vector(query), scope=SCOPE, size=size,
+        identifier_terms=plan.identifier_terms, constraint=plan.constraint,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_every_leg_stays_inside_the_set_and_the_count_is_exact(constrained_index: SearchIndex, query: str) -> None:
+    request = _request(query, SIZE)
+    assert request.constraint is not None
+    expected = {c.chunk_id for c in CHUNKS if oracle(request.constraint, c)}
+    assert expected, f"{query!r} matches nothing in the fixture: the test would show nothing"
+    result = constrained_index.multi_search(request)
+    for leg, hits in result.legs.items():
+        assert {hit.chunk_id for hit in hits} <= expected, (query, leg)
+        assert len(hits) == min(SIZE, len(expected)) or leg is Leg.IDENTIFIER, (query, leg)
+    assert result.document_count == len({c.document_id for c in CHUNKS if c.chunk_id in expected})
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_the_lexical_leg_lists_the_whole_set(constrained_index: SearchIndex, query: str) -> None:
+    request = _request(query, 2500)
+    assert request.constraint is not None
+    expected = {c.chunk_id for c in CHUNKS if oracle(request.constraint, c)}
+    lexical = constrained_index.multi_search(request).hits(Leg.LEXICAL)
+    assert {hit.chunk_id for hit in lexical} == expected
+
+
+def test_the_fixture_is_larger_than_the_legs_depth() -> None:
+    """Most queries' sets hold more chunks than a leg returns, so a filter after ranking would show."""
+    larger = [q for q in QUERIES if sum(oracle(_request(q, SIZE).constraint, c) for c in CHUNKS) > SIZE]  # type: ignore[arg-type]
+    assert len(larger) >= 20

@@ -1,0 +1,126 @@
+"""The search box's language: what is an operator, what stays text, and what is refused (issue 39)."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from ki_query.query_language.parser import parse_query
+from ki_query.query_language.plan import plan_query
+from ki_query.query_language.syntax import All, Any, DateSpan, Field, Not, Phrase, QuerySyntaxError, Wildcard, Word
+
+PLAIN = [
+    "Haftung: Folgeschäden",
+    "Kündigung - fristlos",
+    "Wann verjährt der Anspruch?",
+    "ECLI:DE:BGH:2020:120320UVIIZR123.19.0",
+    "Abs. 2 [neu]",
+    "~Kosten",
+    "Müller/Schmidt",
+    "§§ 280, 281 BGB",
+    "Kündigung fristlos",
+    "a && b || c",
+    "Preis^2 {netto} /regex/",
+    "Kosten*Nutzen",
+    "und oder nicht or and",
+]
+
+
+@pytest.mark.parametrize("query", PLAIN)
+def test_text_without_operators_stays_a_plain_ranked_query(query: str) -> None:
+    plan = plan_query(query, None)
+    assert plan.parsed.plain
+    assert plan.constraint is None
+    assert plan.text == query  # the legs read exactly what was typed, as before the query language
+
+
+def test_a_phrase_and_an_exclusion_make_a_boolean_set() -> None:
+    tree = parse_query('"fristlose Kündigung" -Wohnraum').tree
+    assert tree == All(children=(Phrase("fristlose Kündigung", 0), Not(Word("Wohnraum", 23), 22)), position=-1)
+
+
+def test_or_binds_weaker_than_the_implicit_and() -> None:
+    tree = parse_query("Miete Kündigung OR Pacht").tree
+    assert isinstance(tree, Any)
+    assert tree.children[1] == Word("Pacht", 19)
+    assert tree.children[0] == All(children=(Word("Miete", 0), Word("Kündigung", 6)), position=-1)
+
+
+def test_parentheses_and_not() -> None:
+    tree = parse_query("NOT (Wohnraum OR Gewerbe) Kündigung").tree
+    assert isinstance(tree, All) and isinstance(tree.children[0], Not)
+    assert tree.children[1] == Word("Kündigung", 26)
+
+
+def test_a_trailing_star_is_a_wildcard_anywhere_else_text() -> None:
+    assert parse_query("Kündig*").tree == Wildcard("Kündig", 0)
+    assert parse_query("*Kündigung").plain
+    assert plan_query("Kündig*", None).constraint.prefix == "kundig"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "value"),
+    [
+        ("Az: VII ZR 123/19", "docket", "VII ZR 123/19"),
+        ("az:VII ZR 123/19", "docket", "VII ZR 123/19"),
+        ("docket:KW-2024-017", "docket", "KW-2024-017"),
+        ("norm:§ 573c Abs. 1 BGB", "statute", "§ 573c Abs. 1 BGB"),
+        ('gericht:"OLG München"', "court", "OLG München"),
+        ("gericht:OLG München", "court", "OLG München"),
+        ("court:BGH", "court", "BGH"),
+        ("typ:Urteil", "type", "Urteil"),
+        ("Projekt:nordbau", "project", "nordbau"),
+        ("mandat:Vogt", "matter", "Vogt"),
+    ],
+)
+def test_field_values(query: str, field: str, value: str) -> None:
+    assert parse_query(query).tree == Field(field, value, 0)  # type: ignore[arg-type]
+
+
+def test_an_identifier_value_ends_where_the_identifier_ends_the_rest_is_text() -> None:
+    tree = parse_query("az:VII ZR 123/19 Mietminderung").tree
+    assert isinstance(tree, All)
+    assert tree.children == (Field("docket", "VII ZR 123/19", 0), Word("Mietminderung", 17))
+
+
+def test_a_field_value_runs_to_the_next_operator() -> None:
+    tree = parse_query("az:VII ZR 123/19 OR norm:§ 573c BGB").tree
+    assert tree == Any(children=(Field("docket", "VII ZR 123/19", 0), Field("statute", "§ 573c BGB", 20)), position=0)
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [
+        ("datum:2020-01-01..2020-12-31", date(2020, 1, 1), date(2020, 12, 31)),
+        ("datum:2020-01-01..", date(2020, 1, 1), None),
+        ("date:..2020-12-31", None, date(2020, 12, 31)),
+        ("datum:2021-03-04", date(2021, 3, 4), date(2021, 3, 4)),
+    ],
+)
+def test_date_ranges_with_open_ends(query: str, start: date | None, end: date | None) -> None:
+    assert parse_query(query).tree == DateSpan(start, end, 0)
+
+
+@pytest.mark.parametrize(
+    ("query", "position", "words"),
+    [
+        ('"fristlose Kündigung', 0, "Anführungszeichen"),
+        ('Kündigung "fristlos', 10, "Anführungszeichen"),
+        ("(Miete OR Pacht", 0, "Klammer"),
+        ("Miete OR Pacht)", 14, "Klammer"),
+        ("datum:2020-13-01..", 0, "Datum"),
+        ("datum:2021-01-01..2020-01-01", 0, "Anfang liegt nach dem Ende"),
+        ("datum:gestern", 0, "kein Zeitraum"),
+        ("-Wohnraum", 0, "nur aus"),
+        ("NOT Wohnraum -Gewerbe", 0, "nur aus"),
+        ("Miete OR", 8, "fehlt"),
+        ("typ:Blumenkohl", 0, "Dokumenttyp"),
+    ],
+)
+def test_bad_input_is_refused_with_position_and_a_german_message(query: str, position: int, words: str) -> None:
+    with pytest.raises(QuerySyntaxError) as refused:
+        plan_query(query, None)
+    assert refused.value.position == position
+    assert words in refused.value.message
+    assert refused.value.hint.startswith("Hinweis:")
