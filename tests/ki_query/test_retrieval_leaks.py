@@ -365,7 +365,13 @@ class Check:
                 version = self.hit_version(hit, principals, visible)
                 assert hit.chunk_kind == self.built.chunk_kind[hit.chunk_id] and hit.chunk_id != self.built.forged
                 assert self.admitted_by_filters(version, {hit.chunk_kind}, filters), "filters"
-                assert set(words(hit.citation.excerpt.strip("…"))) <= set(words(self.built.chunk_text[hit.chunk_id]))
+                # The excerpt is a passage of the hit's own version (a clause or profile hit shows the body
+                # passage it stands for, issue 38): never a word of another version's text.
+                assert set(words(hit.citation.excerpt.strip("…"))) <= self.version_words(version)
+
+    def version_words(self, version: str) -> set[str]:
+        texts = (text for chunk, text in self.built.chunk_text.items() if self.built.chunk_version[chunk] == version)
+        return {word for text in texts for word in words(text)}
 
     def hit_version(self, hit, principals, visible) -> str:
         """The hit's version by SQL's truth; it must be visible and cited through visible objects."""

@@ -82,7 +82,8 @@ def _claims(token: str) -> dict:
 def test_a_directory_token_becomes_the_user_and_the_groups(partner_world, issuer) -> None:  # noqa: F811
     identity = identity_from_jwt(oidc_settings_of(partner_world, issuer), password_token(issuer, CLARA))
     assert identity.subject == "clara.wolf"
-    assert identity.principals == ("clara.wolf", "clara.wolf@kanzlei.example", "group:partner")
+    # The group claim "partner" is the group the grants name "group:partner" (ki_core.principals: one spelling).
+    assert identity.principals == ("clara.wolf", "clara.wolf@kanzlei.example", "partner")
 
 
 def test_the_group_reaches_the_project_and_another_group_does_not(client: TestClient, issuer) -> None:  # noqa: F811
