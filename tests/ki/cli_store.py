@@ -23,6 +23,16 @@ PROJECT = "mietsache"
 BROKEN = "kaputt.pdf"
 
 
+@pytest.fixture
+def fresh_query_service() -> Iterator[None]:
+    """The CLI keeps one query service per process (functools.cache): each test's store gets its own."""
+    from ki.commands.reading import query
+
+    query._service.cache_clear()
+    yield
+    query._service.cache_clear()
+
+
 def ki(*args: str, input: str | None = None):
     return runner.invoke(app, list(args), input=input)
 

@@ -4,7 +4,6 @@ document the caller may not see answers exactly like one that does not exist."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -12,22 +11,15 @@ from pathlib import Path
 
 from sqlalchemy import select, update
 
-from ki.commands.reading import query
 from ki_core.config import load_settings
 from ki_core.db import engine_from_settings
 from ki_core.models import Document, DocumentVersion
-from tests.ki.cli_store import database, ki, store  # noqa: F401 - fixtures
+from tests.ki.cli_store import database, fresh_query_service, ki, store  # noqa: F401 - fixtures
 from tests.ki.test_query_cli import listed, list_json, unused_prefix  # noqa: F401 - fixture
 
 __all__ = ["database", "store"]
 
-
-@pytest.fixture(autouse=True)
-def fresh_service() -> Iterator[None]:
-    """The CLI keeps one query service per process (functools.cache): each test's store gets its own."""
-    query._service.cache_clear()
-    yield
-    query._service.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_query_service")
 
 
 def stored_text(version_id: str) -> str:

@@ -130,13 +130,12 @@ def grant(principal: str = PRINCIPAL, project: str | None = PROJECT, document: s
 
 def _record_change(settings, detail: str, target) -> None:
     """In the audit trail before the change commits: a change that cannot be recorded is not made."""
-    import getpass
-
+    from ki.commands.reading.trail import operator as cli_operator
     from ki_core.models import GrantScope
     from ki_query.audit import AuditAction, Surface, audit_log, record
     from ki_query.identity import Identity
 
-    operator = f"cli:{getpass.getuser()}"
+    operator = cli_operator()
     document_id = target.id if target.scope is GrantScope.DOCUMENT else None
     record(audit_log(settings), Identity(operator, (operator,)), Surface.CLI, AuditAction.ACCESS_CHANGE,
            document_id=document_id, detail=detail)

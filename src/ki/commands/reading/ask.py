@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ki.commands.reading.trail import record_read
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def ask(
         closer = getattr(firm_service, "close", None)
         if closer is not None:
             closer()
+    record_read("ask", principals, query=question, shown=answer.hits)
     if as_json:
         typer.echo(answer.model_dump_json(indent=2))
         return

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from ki.commands.reading.trail import record_read
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
@@ -152,6 +153,7 @@ def search(
     request = SearchRequest(query=query, filters=filters, offset=offset, limit=limit, explain=explain, sort=sort,
                             facets=as_json)  # fmt: skip
     response = _service().search(request, as_)
+    record_read("search", as_, query=query, shown=response.hits)
     if as_json:
         typer.echo(response.model_dump_json(indent=2))
         return
@@ -266,6 +268,7 @@ def search_filter_command(
     warn_unknown(as_, strict)
     filters = _filters(project, matter, doc_type, status, None, _parse_date(date_from), _parse_date(date_to), None, None)
     response = _service().search_filter(filters, as_, offset, limit)
+    record_read("search_filter", as_, query=filters.model_dump_json(exclude_defaults=True), shown=response.hits)
     if as_json:
         typer.echo(response.model_dump_json(indent=2))
         return
@@ -301,6 +304,7 @@ def get(
         _print_text(whole_id, as_, as_json, version and _visible_id("version", version, as_), section, offset, limit)
         return
     view = _service().get_document(whole_id, as_)
+    record_read("read", as_, document_id=view.document.id)
     if as_json:
         typer.echo(view.model_dump_json(indent=2))
         return
@@ -316,6 +320,7 @@ def _print_text(document_id: str, principals: list[str], as_json: bool, version:
 
     request = TextRequest(version=version, section=section, offset=offset or 0, limit=limit or DEFAULT_TEXT_CHARS)
     part = _service().read_text(document_id, request, principals)
+    record_read("text", principals, document_id=part.document_id, detail=part.version_id)
     if as_json:
         typer.echo(part.model_dump_json(indent=2))
         return
@@ -371,6 +376,7 @@ def related(
 ) -> None:
     """Follow relations from a document; every neighbour is checked against the caller's access."""
     result = _service().traverse(_visible_id("document", document_id, as_), as_, kind or None, depth)
+    record_read("related", as_, document_id=result.start.document.id, hit_count=len(result.related))
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         return
@@ -426,6 +432,7 @@ def decisions_search(query: str, as_: list[str] = typer.Option(..., "--as", help
 
     check_query_length(query, load_settings().retrieval.max_query_chars)
     hits = _service().search_decisions(query, as_, limit)
+    record_read("search_decisions", as_, query=query, hit_count=len(hits))
     table = Table(title=f"decisions for {query!r}")
     for column in ("score", "locus", "change", "rationale"):
         table.add_column(column, overflow="fold")
