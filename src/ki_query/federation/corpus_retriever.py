@@ -224,11 +224,12 @@ class CorpusRetriever:
         excluded = set(exclude_records)
         lookups = [h for h in lookups if h["metadata"]["record_id"] not in excluded]
         taken = {h["metadata"]["text_hash"] for h in lookups}
-        ranked = self._ranked_hits(
-            rankings, skip_hashes=taken, laws=self.law_distribution(question), exclude_records=excluded
-        )
+        laws = self.law_distribution(question)
+        ranked = self._ranked_hits(rankings, skip_hashes=taken, laws=laws, exclude_records=excluded)
         if self.weights.cited_sections:
-            ranked = self._with_cited_sections(ranked, skip_hashes=taken, exclude_records=excluded)
+            ranked = self._with_cited_sections(
+                ranked, rankings, laws=laws, skip_hashes=taken, exclude_records=excluded
+            )
         return lookups, ranked
 
     def _leg_rankings(
@@ -404,14 +405,21 @@ class CorpusRetriever:
         return dict(sorted(cited.items(), key=lambda kv: kv[1], reverse=True))
 
     def _with_cited_sections(
-        self, ranked: list[RankedHit], *, skip_hashes: set[str], exclude_records: set[str]
+        self,
+        ranked: list[RankedHit],
+        rankings: LegRankings,
+        *,
+        laws: Mapping[str, float],
+        skip_hashes: set[str],
+        exclude_records: set[str],
     ) -> list[RankedHit]:
         """The §§ the best hits cite, brought among the candidates at CITED_AT (issue 44).
 
         A court's sentence shares few words with the norm it applies, but often many with the norms
         that cite it ("die Kosten ... nach § 91"): the best hits' references are candidates that no
         leg returned. They enter at the score of the hit before them (the order stays descending)
-        and the reranker weighs them by its citation feature like every other candidate.
+        and the reranker reads them as every other candidate: the citation, the law prior and the
+        lexical rank of their whole § (no Absatz of theirs is in a leg, or they would be present).
         """
         present = {_section_of(item.hit) for item in ranked[:CITED_DEPTH]}
         wanted = [key for key in self.cited_sections(ranked) if key not in present]
@@ -420,14 +428,17 @@ class CorpusRetriever:
         sections = self.units.sections(wanted)
         at = min(CITED_AT, len(ranked))
         score = ranked[at - 1].hit["score"]
+        section_lexical = {key: rank for rank, key in enumerate(rankings.section_lexical)}
         seen = set(skip_hashes)
         added = []
         for key in wanted:
             units = [u for u in sections.get(key, []) if not u.repealed and u.record_id not in exclude_records]
+            group = {Leg.LEXICAL.value: section_lexical[key]} if key in section_lexical else {}
             for unit in units[:CITED_UNITS]:
                 if unit.text_hash not in seen:
                     seen.add(unit.text_hash)
-                    added.append(RankedHit(unit_hit(unit, score=score, rank_score=None, kinds=["cited"]), RerankInput(0)))
+                    evidence = RerankInput(0, group_ranks=group, law_probability=laws.get(unit.container_id, 0.0))
+                    added.append(RankedHit(unit_hit(unit, score=score, rank_score=None, kinds=["cited"]), evidence))
         rest = [item for item in ranked if item.hit["metadata"]["text_hash"] not in seen]
         result = rest[:at] + added + rest[at:]
         for position, item in enumerate(result):
