@@ -4,6 +4,9 @@ query(): German BM25 on `text` (never the heading), semantic kNN, the identifier
 explicit lookups of the § references the question names, fused with weighted RRF, then
 ranked by section: a § whose Absätze match several times is stronger evidence than one
 stray Absatz (the § is the unit a lawyer cites, and the eval grades every Absatz of it).
+For a court's wording, which shares few words with the norm it applies (issue 44), the lexical legs
+also search the parts of the question's compounds (compounds.py) and the §§ the best hits cite join
+the candidates (CITED_AT).
 
 Every hit carries `score` (this corpus's fused score, for its own order) and `rank_score`,
 the plain cosine of the shared embedding model between question and chunk (on both backends).
