@@ -252,7 +252,10 @@ def test_a_section_named_in_the_question_is_looked_up_first(retriever) -> None:
 def test_bm25_reads_the_text_not_the_heading(retriever) -> None:
     # "Wirtschaftlichkeitsgebot" is the heading of SGB V § 12 and occurs in the text of § 2 Abs. 1 only.
     hits = retriever.query("Wirtschaftlichkeitsgebot", legs="lexical")
-    assert [h["metadata"]["record_id"] for h in hits] == ["SGB 5|§ 2|1"]
+    assert [h["metadata"]["record_id"] for h in hits if "lexical" in h["retrieval_kinds"]] == ["SGB 5|§ 2|1"]
+    # § 2 Abs. 1 cites § 12 ("Wirtschaftlichkeitsgebots (§ 12)"): its Absätze follow as cited, not as BM25 hits.
+    assert {h["metadata"]["section_id"] for h in hits[1:]} == {"§ 12"}
+    assert all(h["retrieval_kinds"] == ["cited"] for h in hits[1:])
 
 
 def test_where_filters_by_container_section_and_repealed(retriever) -> None:
@@ -303,6 +306,45 @@ def test_section_evidence_lifts_a_section_matching_in_several_legs(settings, ses
         return [h["metadata"]["section_id"] for h in hits[:4]].count("§ 573c")
 
     assert top_four(with_sections) >= top_four(chunks_alone)
+
+
+@pytest.fixture(params=CONTRACT_BACKENDS)
+def either_backend(request, sqlite_url, sessions, tmp_path):
+    """The statute excerpt loaded into a corpus index of each backend: (settings, index name)."""
+    search = {"backend": request.param, "opensearch": {"hosts": [OPENSEARCH_URL or "http://127.0.0.1:9200"],
+                                                       "number_of_replicas": 0}}
+    settings = load_settings(state_dir=str(tmp_path / "state"), database={"url": sqlite_url}, search=search,
+                             embedding={"provider": "hashing", "model": "hashing"})
+    corpus_id = f"candidates-{uuid.uuid4().hex[:10]}"  # OpenSearch index names are global on the node
+    report = load_corpus(settings, sessions, EMBEDDER, corpus_id, [FIXTURE])
+    try:
+        with open_index(settings, index_name=report.index_name, read_only=True) as index:
+            index.ensure()
+            yield lambda **weights: CorpusRetriever(
+                corpus_id, index=index, units=UnitStore(sessions, corpus_id), embedder=EMBEDDER,
+                containers=["BGB", "GG", "SGB V", "ZPO"], weights=HybridWeights(**weights))
+    finally:
+        drop_corpus_index(settings, report.index_name)
+
+
+def test_the_sections_the_best_hits_cite_join_the_candidates_unless_excluded_or_turned_off(either_backend) -> None:
+    # Only SGB V § 2 Abs. 1 has the word; it cites § 12, whose Absätze no leg returns.
+    on = either_backend().query("Wirtschaftlichkeitsgebot", legs="lexical")
+    off = either_backend(cited_sections=False).query("Wirtschaftlichkeitsgebot", legs="lexical")
+    excluded = either_backend().query("Wirtschaftlichkeitsgebot", legs="lexical", exclude_records=["SGB 5|§ 12|1"])
+    assert [h["metadata"]["record_id"] for h in off] == ["SGB 5|§ 2|1"]
+    assert [h["metadata"]["record_id"] for h in on] == ["SGB 5|§ 2|1", "SGB 5|§ 12|1", "SGB 5|§ 12|2", "SGB 5|§ 12|3"]
+    assert [h["retrieval_kinds"] for h in on[1:]] == [["cited"]] * 3
+    assert [h["score"] for h in on] == sorted((h["score"] for h in on), reverse=True)
+    assert "SGB 5|§ 12|1" not in [h["metadata"]["record_id"] for h in excluded]
+
+
+def test_a_compound_the_text_never_uses_is_searched_by_its_parts(either_backend) -> None:
+    # "Krankenkassenleistung" occurs nowhere; "Krankenkassen" and "Leistung" do.
+    assert either_backend(compound_split=False, cited_sections=False).query("Krankenkassenleistung", legs="lexical") == []
+    hits = either_backend(cited_sections=False).query("Krankenkassenleistung", legs="lexical")
+    assert hits and all(h["retrieval_kinds"] == ["lexical"] for h in hits)
+    assert all("Krankenkassen" in h["text"] or "Leistung" in h["text"] for h in hits)
 
 
 # ------------------------------------------------------------------ negative check
