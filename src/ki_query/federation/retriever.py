@@ -29,8 +29,10 @@ from pydantic.dataclasses import dataclass as typed_dataclass
 
 from ki_query.federation.errors import check_question
 from ki_query.federation.ranking import (
+    FOUND,
     NOTHING_RELEVANT,
     UNKNOWN,
+    WEAK,
     Hit,
     combined_verdict,
     corpus_verdict,
@@ -60,6 +62,7 @@ VERWEIS_KINDS = ("verweis",)
 # The keywords a retriever that rejected our call is retried with (spec step 1).
 BASIC_QUERY_KEYWORDS = ("top_k", "where", "fetch_k")
 NO_FINDINGS_REASON = "the broad control retrieval found no robust hits in any corpus"
+NOTHING_CHECKED_REASON = "no corpus could be checked (none selected, or none has a negative check), so nothing is known"
 CHECK_FAILED_REASON = "its check failed, so nothing is known of it"
 NOT_ROUTED = "not routed: the question names other corpora"
 
@@ -134,17 +137,46 @@ class Selection:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class CandidateCut:
+    """How a query's fused candidates were cut: the cap, the limit asked (None: none), how many
+    candidates there were and how many were returned. A caller that asked for everything (or for
+    more than the cap) and got `cap` of more candidates must be told: cut_at_cap."""
+
+    cap: int
+    limit: int | None
+    candidates: int
+    returned: int
+
+    @staticmethod
+    def effective(limit: int | None) -> int:
+        return ALL_HITS_CAP if limit is None else min(limit, ALL_HITS_CAP)
+
+    @property
+    def cut_at_cap(self) -> bool:
+        return (self.limit is None or self.limit > self.cap) and self.candidates > self.cap
+
+    def describe(self) -> str:
+        asked = "no limit given" if self.limit is None else f"limit {self.limit} is above the cap"
+        return f"{asked}: {self.candidates} fused candidates cut at the candidate cap {self.cap}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "cut_at_cap": self.cut_at_cap}
+
+
 @dataclass
 class Trace:
-    """One query's selection and the steps it skipped, for explain_selection()."""
+    """One query's selection, how its candidates were cut and the steps it skipped, for explain_selection()."""
 
     question: str
     selection: Selection | None = None
     skipped: list[str] = field(default_factory=list)
+    candidates: CandidateCut | None = None
 
     def as_dict(self) -> dict[str, Any]:
         assert self.selection is not None
-        return {**self.selection.as_dict(), "skipped": list(self.skipped)}
+        cut = {"candidates": self.candidates.as_dict()} if self.candidates is not None else {}
+        return {**self.selection.as_dict(), "skipped": list(self.skipped), **cut}
 
 
 def provider_name(provider: object | None) -> str | None:
@@ -364,17 +396,21 @@ class FederatedRetriever:
                 if address.corpus_id in selection.selected:
                     hits += self._fetch_anchor(address)
             fused = self._follow_references(fuse(hits), selection.selected)
+            asked = self._asked_limit(kwargs)
             cut = quota_cut(
-                fused, self._final_limit(kwargs), min_per_corpus=self.min_hits_per_corpus, min_ratio=self.min_ratio,
-                floor=self.quota_floor,
+                fused, CandidateCut.effective(asked), min_per_corpus=self.min_hits_per_corpus,
+                min_ratio=self.min_ratio, floor=self.quota_floor,
             )
+            trace.candidates = CandidateCut(ALL_HITS_CAP, asked, len(fused), len(cut))
+            if trace.candidates.cut_at_cap:
+                self._note(trace.candidates.describe())
             return self._named_corpus_first(question, cut, selection.selected)
 
-    def _final_limit(self, kwargs: Mapping[str, Any]) -> int:
-        """max_final_results, else top_k; none given (or <= 0): all fused hits, up to ALL_HITS_CAP."""
+    def _asked_limit(self, kwargs: Mapping[str, Any]) -> int | None:
+        """max_final_results, else top_k; None when none is given (or it is <= 0): all fused hits."""
         given = (kwargs.get("max_final_results"), self.max_final_results, kwargs.get("top_k"))
         limit = next((value for value in given if value is not None), None)
-        return ALL_HITS_CAP if limit is None or limit <= 0 else min(limit, ALL_HITS_CAP)
+        return None if limit is None or limit <= 0 else limit
 
     def _query_corpus(self, corpus_id: str, question: str, kwargs: Mapping[str, Any]) -> list[Hit]:
         try:
@@ -491,7 +527,7 @@ class FederatedRetriever:
         checked: list[str] = []
         failed: list[str] = []
         statuses: list[str] = []
-        blocking: list[tuple[str, str]] = []
+        findings: list[tuple[str, str, str]] = []  # (corpus, its verdict, its reason) where found or weak
         results: list[Hit] = []
         with self._tracing(question) as trace:
             trace.selection = self.select(question)
@@ -506,19 +542,17 @@ class FederatedRetriever:
                 checked.append(corpus_id)
                 statuses.append(status)
                 results += verdict["results"]
-                if not verdict.get("safe_to_answer_negative", True):
-                    blocking.append((corpus_id, str(verdict.get("reason") or "robust hits found")))
+                if status != NOTHING_RELEVANT:
+                    findings.append((corpus_id, status, str(verdict.get("reason") or status)))
         status = combined_verdict(statuses, any_failed=bool(failed))
-        reasons = [f"{c}: {r}" for c, r in blocking] + [f"{c}: {CHECK_FAILED_REASON}" for c in failed]
-        reason = " | ".join(reasons) if reasons else NO_FINDINGS_REASON
         return {
             "safe_to_answer_negative": status == NOTHING_RELEVANT,
             "verdict": status,
-            "reason": reason,
+            "reason": verdict_reason(status, findings, failed),
             "results": fuse(results),
-            "strong_result_count": len(blocking),
+            "strong_result_count": len(findings),
             "corpora_checked": checked,
-            "corpora_with_findings": [c for c, _ in blocking],
+            "corpora_with_findings": [c for c, _, _ in findings],
             "corpora_failed": failed,
         }
 
@@ -554,6 +588,20 @@ class FederatedRetriever:
             anchors_configured=self.anchors is not None,
         )
         return data
+
+
+def verdict_reason(status: str, findings: Sequence[tuple[str, str, str]], failed: Sequence[str]) -> str:
+    """The reason of a federated verdict, in the spec's form "corpus: reason" joined by " | ", and never
+    against the verdict: found leads with the corpora that found, weak names only weak corpora,
+    unknown names the corpora that failed (or says that none was checked), nothing relevant says so."""
+    if status == NOTHING_RELEVANT:
+        return NO_FINDINGS_REASON
+    order = {FOUND: 0, WEAK: 1}
+    listed = [f"{c}: {r}" for c, _, r in sorted(findings, key=lambda f: order.get(f[1], 2))]
+    if status == UNKNOWN:
+        listed = [f"{c}: {CHECK_FAILED_REASON}" for c in failed] + listed
+        return " | ".join(listed) if failed else " | ".join([NOTHING_CHECKED_REASON, *listed])
+    return " | ".join(listed + [f"{c}: {CHECK_FAILED_REASON}" for c in failed])
 
 
 def _with_kinds(hit: Hit, kinds: Iterable[str]) -> list[str]:

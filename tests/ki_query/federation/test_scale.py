@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ki_query.federation import ranking
 from ki_query.federation.ranking import (
@@ -27,7 +29,14 @@ from ki_query.federation.ranking import (
     on_common_scale,
     quota_cut,
 )
-from ki_query.federation.retriever import VERWEIS_SCORE, Address, FederatedRetriever
+from ki_query.federation.retriever import (
+    CHECK_FAILED_REASON,
+    NO_FINDINGS_REASON,
+    NOTHING_CHECKED_REASON,
+    VERWEIS_SCORE,
+    Address,
+    FederatedRetriever,
+)
 from ki_query.federation.search import CitedByStrongHits
 from tests.ki_query.memory_corpora import BrokenRetriever, FixedHitsRetriever, MemoryRegistry
 
@@ -247,3 +256,70 @@ def test_a_measured_gateway_model_is_keyed_by_its_model(monkeypatch) -> None:
         assert calibration_for("hashing:hashing-test:64").null_cosine == ranking.NULL_COSINES["hashing"]
     finally:
         calibration_for.cache_clear()
+
+
+# ------------------------------------------------------------------ the verdict and its reason agree
+
+
+class NoCheck:
+    """A corpus without a negative check: it answers queries, it cannot say whether it holds nothing."""
+
+    def query(self, question: str, top_k: int = 8) -> list[dict]:
+        return []
+
+
+def federated_check(**corpora: str) -> dict:
+    """verify_negative_result over corpora given as a verdict, "raises" or "no check"."""
+    made = {"raises": lambda: BrokenRetriever([]), "no check": NoCheck}
+    registry = MemoryRegistry({c: made[v]() if v in made else Checked(v) for c, v in corpora.items()})
+    return FederatedRetriever(registry).verify_negative_result("Frage")
+
+
+def test_found_leads_its_reason_with_the_corpora_that_found() -> None:
+    check = federated_check(statutes=WEAK, guideline=FOUND, firm="raises")
+    assert check["verdict"] == FOUND
+    assert check["reason"] == f"guideline: {FOUND} | statutes: {WEAK} | firm: {CHECK_FAILED_REASON}"
+
+
+def test_weak_names_only_the_weak_corpora() -> None:
+    check = federated_check(statutes=NOTHING_RELEVANT, guideline=WEAK)
+    assert check["verdict"] == WEAK and check["reason"] == f"guideline: {WEAK}"
+    assert NO_FINDINGS_REASON not in check["reason"]
+
+
+def test_nothing_relevant_says_nothing_was_found() -> None:
+    check = federated_check(statutes=NOTHING_RELEVANT, guideline=NOTHING_RELEVANT)
+    assert check["verdict"] == NOTHING_RELEVANT and check["reason"] == NO_FINDINGS_REASON
+
+
+def test_unknown_because_a_corpus_failed_names_it_and_never_says_nothing_was_found() -> None:
+    check = federated_check(statutes=NOTHING_RELEVANT, firm="raises")
+    assert check["verdict"] == UNKNOWN and check["reason"] == f"firm: {CHECK_FAILED_REASON}"
+
+
+@pytest.mark.parametrize("corpora", [{}, {"statutes": "no check"}])
+def test_unknown_because_nothing_was_checked_says_so_not_that_nothing_was_found(corpora) -> None:
+    check = federated_check(**corpora)
+    assert check["verdict"] == UNKNOWN and check["safe_to_answer_negative"] is False
+    assert check["reason"] == NOTHING_CHECKED_REASON and "no robust hits" not in check["reason"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]),
+                       st.sampled_from([FOUND, WEAK, NOTHING_RELEVANT, "raises", "no check"]), max_size=4))
+def test_the_reason_never_contradicts_the_verdict(corpora) -> None:
+    check = federated_check(**corpora)
+    status, reason = check["verdict"], check["reason"]
+    found = [c for c, v in corpora.items() if v == FOUND]
+    failed = [c for c, v in corpora.items() if v == "raises"]
+    assert (reason == NO_FINDINGS_REASON) == (status == NOTHING_RELEVANT)
+    assert (CHECK_FAILED_REASON in reason) == bool(failed)
+    assert (reason == NOTHING_CHECKED_REASON or reason.startswith(NOTHING_CHECKED_REASON + " | ")) == (
+        status == UNKNOWN and not failed
+    )
+    if status == FOUND:
+        assert any(reason.startswith(f"{c}: ") for c in found)
+    if status == WEAK:
+        assert all(v == WEAK for c, v in corpora.items() if f"{c}: " in reason)
+    for corpus in check["corpora_with_findings"]:
+        assert f"{corpus}: " in reason
