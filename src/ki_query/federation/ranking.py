@@ -269,6 +269,18 @@ def cosine_verdict(best_cosine: float | None, found_cosine: float, null_cosine: 
     return NOTHING_RELEVANT
 
 
+def weighed(hits: Sequence[Hit], weight: float) -> list[Hit]:
+    """A corpus's hits with their levels times the corpus's weight (federation/corpus_prior.py); lookups
+    by address keep theirs (they were asked for by name), and weight 1.0 changes nothing."""
+    if weight == 1.0:
+        return list(hits)
+    return [
+        hit if LOOKUP_KINDS.intersection(hit.get("retrieval_kinds") or ())
+        else {**hit, "rank_score": hit_rank(hit) * weight, "metadata": {**(hit.get("metadata") or {}), "corpus_weight": weight}}
+        for hit in hits
+    ]
+
+
 def level_verdict(best_level: float) -> VerdictStatus:
     """What the best hit's level says about the question."""
     if best_level >= FOUND_LEVEL:

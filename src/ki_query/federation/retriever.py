@@ -39,6 +39,7 @@ from ki_query.federation.ranking import (
     fuse,
     named_corpus_first,
     quota_cut,
+    weighed,
 )
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ Router = Callable[[str, list[str]], Sequence[str]]
 AnchorProvider = Callable[[str], Sequence[Address | Mapping[str, Any]]]
 VerweisProvider = Callable[[list[Hit], list[str]], Sequence[Address | Mapping[str, Any]]]
 NamedCorpora = Callable[[str, list[str]], Sequence[str]]
+CorpusWeights = Callable[[str, list[str]], Mapping[str, float]]
 
 
 class CorpusRegistryLike(Protocol):
@@ -172,11 +174,13 @@ class Trace:
     selection: Selection | None = None
     skipped: list[str] = field(default_factory=list)
     candidates: CandidateCut | None = None
+    corpus_weights: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         assert self.selection is not None
         cut = {"candidates": self.candidates.as_dict()} if self.candidates is not None else {}
-        return {**self.selection.as_dict(), "skipped": list(self.skipped), **cut}
+        weights = {"corpus_weights": dict(self.corpus_weights)} if self.corpus_weights else {}
+        return {**self.selection.as_dict(), "skipped": list(self.skipped), **cut, **weights}
 
 
 def provider_name(provider: object | None) -> str | None:
@@ -251,6 +255,7 @@ class FederatedRetriever:
         max_final_results: int | None = None,
         scale: Callable[[list[Hit]], list[Hit]] | None = None,
         quota_floor: float = 0.0,
+        corpus_weights: CorpusWeights | None = None,
     ):
         self.registry = registry
         self.router = router
@@ -266,6 +271,8 @@ class FederatedRetriever:
         self.scale = scale
         # The level a corpus's best hit must reach, beside min_ratio, to be rescued by the quota.
         self.quota_floor = quota_floor
+        # question, selected corpora -> weight of each corpus's levels (corpus_prior.CorpusPrior); unnamed: 1.0.
+        self.corpus_weights = corpus_weights
         # Per thread: one instance may serve concurrent requests.
         self._traces = threading.local()
         self._warn_if_scores_incomparable()
@@ -390,8 +397,9 @@ class FederatedRetriever:
             if not selection.selected:
                 return []
             hits: list[Hit] = []
+            weights = trace.corpus_weights = self._weights(question, selection.selected)
             for corpus_id in selection.selected:
-                hits += self._query_corpus(corpus_id, question, kwargs)
+                hits += weighed(self._query_corpus(corpus_id, question, kwargs), weights.get(corpus_id, 1.0))
             for address in selection.anchor_targets:
                 if address.corpus_id in selection.selected:
                     hits += self._fetch_anchor(address)
@@ -411,6 +419,17 @@ class FederatedRetriever:
         given = (kwargs.get("max_final_results"), self.max_final_results, kwargs.get("top_k"))
         limit = next((value for value in given if value is not None), None)
         return None if limit is None or limit <= 0 else limit
+
+    def _weights(self, question: str, selected: list[str]) -> dict[str, float]:
+        """Each corpus's weight for this question; a provider that fails or answers garbage weighs none."""
+        if self.corpus_weights is None or len(selected) < 2:
+            return {}
+        try:
+            answer = dict(self.corpus_weights(question, list(selected)))
+            return {str(c): min(1.0, max(0.0, float(w))) for c, w in answer.items() if c in selected}
+        except Exception as exc:  # noqa: BLE001 - spec: a provider error skips its step
+            self._skip("corpus weights", exc)
+            return {}
 
     def _query_corpus(self, corpus_id: str, question: str, kwargs: Mapping[str, Any]) -> list[Hit]:
         try:
@@ -586,6 +605,7 @@ class FederatedRetriever:
             router=provider_name(self.router) or "all corpora",
             min_hits_per_corpus=self.min_hits_per_corpus,
             anchors_configured=self.anchors is not None,
+            corpus_weights=provider_name(self.corpus_weights),
         )
         return data
 

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.config import Settings
 from ki_core.embedding import Embedder
+from ki_query.federation.corpus_prior import CorpusPriors
 from ki_query.federation.registry import CorpusRegistry, FirmIndexCorpus, FirmSearchService, UnknownCorpus
 from ki_query.federation.providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise
 from ki_query.federation.ranking import FOUND_LEVEL, Hit, VerdictStatus, calibration_for, hit_rank
@@ -147,6 +148,8 @@ class FederatedSearch:
         self.registry = registry
         self._engine = engine
         self.anchors = AnchorRegister.from_file(settings.federation.anchors_file) if settings.federation.anchors_file else None
+        strength = settings.federation.corpus_prior_strength
+        self.corpus_priors = CorpusPriors(registry, strength) if strength > 0 else None
 
     @classmethod
     def from_settings(
@@ -186,6 +189,7 @@ class FederatedSearch:
             "max_verweis_normen": config.max_verweis_normen,
             "scale": calibration_for(self.registry.embedder.signature),
             "quota_floor": FOUND_LEVEL,
+            "corpus_weights": self.corpus_priors,
         }
         return FederatedRetriever(registry, **{**wiring, **overrides})
 

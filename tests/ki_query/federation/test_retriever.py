@@ -487,6 +487,7 @@ def test_diagnostics_add_federated_router_quota_and_anchor_facts_to_the_registry
         "router": "law_router",
         "min_hits_per_corpus": 3,
         "anchors_configured": False,
+        "corpus_weights": None,
     }
     anchored = FederatedRetriever(registry(bgb=MemoryRetriever(BGB)), anchors=lambda q: [])
     assert anchored.diagnostics()["anchors_configured"] is True
