@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ki_core.config import load_settings
-from ki_query.federation.corpus_prior import CorpusPrior
+from ki_query.federation.corpus_prior import CorpusPrior, CorpusPriors
 from ki_query.federation.evaluation import EvalReport, evaluate, evaluate_federated, load_queries
 from ki_query.federation.ranking import calibration_for
 from ki_query.federation.retriever import accepted_kwargs
@@ -87,11 +87,12 @@ def compare(federated: EvalReport, alone: EvalReport) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", action="append", required=True)
-    parser.add_argument("--strengths", default="0,0.5,1,2")
+    parser.add_argument("--strengths", default="0,0.5,1,2", help="strength or strength:floor, comma-separated")
     parser.add_argument("--sets", default="statutes-generated,statutes-caselaw,statutes-decisions,"
                         "extra16-generated,extra16-caselaw,extra16-decisions")
     parser.add_argument("--cache", default="/tmp/federation-weights-cache.pkl")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--no-verweise", action="store_true", help="reference following off: the weighting alone")
     args = parser.parse_args()
     cache_path = Path(args.cache)
     cache = pickle.loads(cache_path.read_bytes()) if cache_path.exists() else {}
@@ -102,6 +103,7 @@ def main() -> None:
         registry._retrievers[corpus_id] = Remembered(registry.retriever(corpus_id), cache)
     scale = calibration_for(registry.embedder.signature)
     learned = None
+    off = {"max_verweis_normen": 0} if args.no_verweise else {}
     results: dict[str, Any] = {}
     try:
         for name in args.sets.split(","):
@@ -109,22 +111,22 @@ def main() -> None:
             baseline = BASELINE[name.split("-")[0]]
             alone = evaluate(registry.retriever(baseline), queries, label=f"{baseline} alone")
             results[name] = {"baseline": baseline, "alone": alone.as_dict(), "strengths": {}}
-            for strength in [float(s) for s in args.strengths.split(",")]:
+            for setting in args.strengths.split(","):
+                head, _, tail = setting.partition(":")
+                strength, floor = float(head), float(tail or 0.0)
                 if strength > 0 and learned is None:
-                    from ki_query.federation.corpus_prior import CorpusPriors
-
                     learned = CorpusPriors(registry, strength).for_corpora(args.corpus)
-                weights = CorpusPrior(learned.prior, learned.holders, strength) if strength > 0 else None
+                weights = CorpusPrior(learned.prior, learned.holders, strength, floor) if strength > 0 else None
                 report = evaluate_federated(
-                    lambda **wiring: search.retriever(args.corpus, corpus_weights=weights, **wiring),
+                    lambda **wiring: search.retriever(args.corpus, corpus_weights=weights, **{**off, **wiring}),
                     queries, scale=scale,
                 )
-                results[name]["strengths"][str(strength)] = {
+                results[name]["strengths"][setting] = {
                     "compare": compare(report.federated, alone), "top_k_hits": dict(report.top_k_hits),
                     "per_query": report.federated.as_dict()["per_query"],
                 }
-                row = results[name]["strengths"][str(strength)]["compare"]
-                print(name, strength, {t: (round(v["federated"], 3), round(v["alone"], 3), round(v["delta"], 3),
+                row = results[name]["strengths"][setting]["compare"]
+                print(name, setting, {t: (round(v["federated"], 3), round(v["alone"], 3), round(v["delta"], 3),
                                            [round(x, 3) for x in v["ci"]], len(v["losses"])) for t, v in row.items()},
                       dict(report.top_k_hits), flush=True)
             cache_path.write_bytes(pickle.dumps(cache))

@@ -33,14 +33,16 @@ class CorpusPrior:
 
     name = "corpus-prior"
 
-    def __init__(self, prior: LawPrior, holders: Mapping[str, Sequence[str]], strength: float):
+    def __init__(self, prior: LawPrior, holders: Mapping[str, Sequence[str]], strength: float, floor: float = 0.0):
         self.prior = prior
         # law -> the corpora holding it
         self.holders = {law: tuple(corpora) for law, corpora in holders.items()}
         self.strength = strength
+        # The least weight a corpus keeps however sure the prior is that the question is not about it.
+        self.floor = floor
 
     @classmethod
-    def learn(cls, texts: Mapping[str, Sequence[tuple[str, str]]], strength: float) -> CorpusPrior:
+    def learn(cls, texts: Mapping[str, Sequence[tuple[str, str]]], strength: float, floor: float = 0.0) -> CorpusPrior:
         """texts: corpus -> (law, text) of its in-force units."""
         by_law: dict[str, list[str]] = {}
         holders: dict[str, list[str]] = {}
@@ -50,7 +52,7 @@ class CorpusPrior:
                 by_law.setdefault(law, []).append(text)
                 if corpus_id not in holders.setdefault(law, []):
                     holders[law].append(corpus_id)
-        return cls(LawPrior.learn(by_law), holders, strength)
+        return cls(LawPrior.learn(by_law), holders, strength, floor)
 
     def probabilities(self, question: str, corpus_ids: Sequence[str]) -> dict[str, float]:
         """P(corpus | question) of the given corpora that hold laws (not normalized over them)."""
@@ -66,15 +68,17 @@ class CorpusPrior:
         if len(totals) < 2 or self.strength <= 0:
             return {}
         best = max(totals.values())
-        return {c: (p / best) ** self.strength if best > 0 else 1.0 for c, p in totals.items()}
+        return {c: self.floor + (1.0 - self.floor) * ((p / best) ** self.strength if best > 0 else 1.0)
+                for c, p in totals.items()}
 
 
 class CorpusPriors:
     """One CorpusPrior per set of corpora, learned on first use from their retrievers' units."""
 
-    def __init__(self, registry: Any, strength: float):
+    def __init__(self, registry: Any, strength: float, floor: float = 0.0):
         self.registry = registry
         self.strength = strength
+        self.floor = floor
         self._learned: dict[tuple[str, ...], CorpusPrior] = {}
         self._lock = threading.Lock()
 
@@ -86,7 +90,7 @@ class CorpusPriors:
         with self._lock:
             if with_units not in self._learned:
                 texts = {c: [(law, text) for law, _, text in self._units(c).in_force_texts()] for c in with_units}
-                self._learned[with_units] = CorpusPrior.learn(texts, self.strength)
+                self._learned[with_units] = CorpusPrior.learn(texts, self.strength, self.floor)
             return self._learned[with_units]
 
     def _units(self, corpus_id: str) -> Any:
