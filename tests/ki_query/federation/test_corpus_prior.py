@@ -97,12 +97,13 @@ def two_corpora(sqlite_url, tmp_path):
     engine.dispose()
 
 
-def test_the_federated_search_weighs_corpora_only_when_configured(two_corpora) -> None:
+def test_the_federated_search_weighs_corpora_unless_turned_off(two_corpora) -> None:
     settings, sessions = two_corpora
-    off = FederatedSearch.from_settings(settings, sessions=sessions, embedder=EMBEDDER)
-    weighing = settings.model_copy(update={"federation": settings.federation.model_copy(
-        update={"corpus_prior_strength": 1.0})})
-    on = FederatedSearch.from_settings(weighing, sessions=sessions, embedder=EMBEDDER)
+    assert settings.federation.corpus_prior_strength == 1.0  # on by default
+    on = FederatedSearch.from_settings(settings, sessions=sessions, embedder=EMBEDDER)
+    unweighing = settings.model_copy(update={"federation": settings.federation.model_copy(
+        update={"corpus_prior_strength": 0.0})})
+    off = FederatedSearch.from_settings(unweighing, sessions=sessions, embedder=EMBEDDER)
     try:
         assert off.retriever().corpus_weights is None
         answer = on.ask(KRANKENBEHANDLUNG, ["user:anna"], top_k=8, explain=True)
