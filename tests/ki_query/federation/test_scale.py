@@ -24,10 +24,12 @@ from ki_query.federation.ranking import (
     Calibration,
     calibration_for,
     combined_verdict,
+    cosine_verdict,
     hit_rank,
     level_verdict,
     on_common_scale,
     quota_cut,
+    weak_cosine,
 )
 from ki_query.federation.retriever import (
     CHECK_FAILED_REASON,
@@ -171,6 +173,17 @@ def test_the_best_level_decides_found_from_the_found_level_and_weak_from_the_wea
     assert level_verdict(1.0) == level_verdict(FOUND_LEVEL) == FOUND
     assert level_verdict(FOUND_LEVEL - 1e-9) == level_verdict(WEAK_LEVEL) == WEAK
     assert level_verdict(WEAK_LEVEL - 1e-9) == level_verdict(0.0) == NOTHING_RELEVANT
+
+
+def test_a_best_cosine_is_found_from_the_found_cosine_and_weak_from_the_weak_cosine_on_the_same_line() -> None:
+    e5 = calibration_for("e5-small:384")
+    found = e5.cosine_at(FOUND_LEVEL)
+    weak = weak_cosine(found, e5.null_cosine)
+    assert weak == pytest.approx(e5.cosine_at(WEAK_LEVEL))
+    assert cosine_verdict(found, found, e5.null_cosine) == FOUND
+    assert cosine_verdict(found - 1e-6, found, e5.null_cosine) == cosine_verdict(weak, found, e5.null_cosine) == WEAK
+    assert cosine_verdict(weak - 1e-6, found, e5.null_cosine) == NOTHING_RELEVANT
+    assert cosine_verdict(None, found, e5.null_cosine) == NOTHING_RELEVANT  # no hit at all
 
 
 def test_found_in_one_corpus_is_found_even_when_another_could_not_be_checked() -> None:
