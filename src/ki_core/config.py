@@ -293,6 +293,11 @@ class FederationSettings(_Section):
     min_ratio: float = Field(default=0.85, ge=0, le=1)
     max_verweis_normen: int = Field(default=3, ge=0)
     anchors_file: str | None = None
+    # Each corpus's levels times (P(corpus | question) / P(likeliest corpus)) ** this, from one law prior
+    # over the laws of all corpora (federation/corpus_prior.py); 0 weighs no corpus. Chosen on the own
+    # sets (tests/fixtures/eval), not on the dev queries, with the hashing embedder (0.25-2 scored alike;
+    # the e5 state was not ready): docs/federation.md.
+    corpus_prior_strength: float = Field(default=1.0, ge=0)
 
 
 class DmsSourceSettings(_Section):

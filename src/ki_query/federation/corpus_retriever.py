@@ -40,9 +40,9 @@ from ki_query.federation.ranking import (
     FOUND_LEVEL,
     NOTHING_RELEVANT,
     WEAK,
-    WEAK_LEVEL,
     calibration_for,
     finite,
+    weak_cosine,
 )
 
 
@@ -518,8 +518,7 @@ class CorpusRetriever:
         relevant is safe to answer negatively: a weak hit is something the corpus says.
         """
         found_cosine = self.negative_threshold if threshold is None else threshold
-        null = calibration_for(self.embedder.signature).null_cosine
-        weak_cosine = null + (found_cosine - null) * WEAK_LEVEL / FOUND_LEVEL
+        weak_from = weak_cosine(found_cosine, calibration_for(self.embedder.signature).null_cosine)
         hits = self.query(question, top_k=NEGATIVE_CHECK_TOP_K, fetch_k=oversampled_window(NEGATIVE_CHECK_TOP_K))
         cosines = [finite(h.get("rank_score")) for h in hits]
         strong = [
@@ -533,8 +532,8 @@ class CorpusRetriever:
                 f"best {best['metadata']['address']} ({finite(best['rank_score']):.3f})"
             )
         else:
-            verdict = WEAK if best_cosine >= weak_cosine else NOTHING_RELEVANT
-            reason = f"no hit at cosine >= {found_cosine:.2f} (best {best_cosine:.3f}; weak from {weak_cosine:.2f})"
+            verdict = WEAK if best_cosine >= weak_from else NOTHING_RELEVANT
+            reason = f"no hit at cosine >= {found_cosine:.2f} (best {best_cosine:.3f}; weak from {weak_from:.2f})"
         return {
             "safe_to_answer_negative": verdict == NOTHING_RELEVANT,
             "verdict": verdict,

@@ -255,6 +255,32 @@ def on_common_scale(hits: Sequence[Hit], calibration: Calibration) -> list[Hit]:
     return placed
 
 
+def weak_cosine(found_cosine: float, null_cosine: float) -> float:
+    """The cosine of the weak level on the line from the null cosine (level 0) to the found cosine."""
+    return null_cosine + (found_cosine - null_cosine) * WEAK_LEVEL / FOUND_LEVEL
+
+
+def cosine_verdict(best_cosine: float | None, found_cosine: float, null_cosine: float) -> VerdictStatus:
+    """What a corpus's best cosine says, with the corpus's found cosine (its negative-check threshold)."""
+    if best_cosine is not None and best_cosine >= found_cosine:
+        return FOUND
+    if best_cosine is not None and best_cosine >= weak_cosine(found_cosine, null_cosine):
+        return WEAK
+    return NOTHING_RELEVANT
+
+
+def weighed(hits: Sequence[Hit], weight: float) -> list[Hit]:
+    """A corpus's hits with their levels times the corpus's weight (federation/corpus_prior.py); lookups
+    by address keep theirs (they were asked for by name), and weight 1.0 changes nothing."""
+    if weight == 1.0:
+        return list(hits)
+    return [
+        hit if LOOKUP_KINDS.intersection(hit.get("retrieval_kinds") or ())
+        else {**hit, "rank_score": hit_rank(hit) * weight, "metadata": {**(hit.get("metadata") or {}), "corpus_weight": weight}}
+        for hit in hits
+    ]
+
+
 def level_verdict(best_level: float) -> VerdictStatus:
     """What the best hit's level says about the question."""
     if best_level >= FOUND_LEVEL:

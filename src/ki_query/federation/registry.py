@@ -15,6 +15,7 @@ cannot answer now (`cannot_answer`: another embedder, no index) is not asked at 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,10 +32,25 @@ from ki_core.models.corpora import Corpus
 from ki_core.search import SearchIndex, open_index
 from ki_query.federation.corpus_loader import corpus_index_exists, index_metric
 from ki_query.federation.errors import CorpusEmbeddingMismatch, CorpusIndexMissing, UnknownCorpus
-from ki_query.federation.corpus_retriever import CorpusRetriever, HybridWeights, negative_threshold_for
+from ki_query.federation.corpus_retriever import (
+    NEGATIVE_CHECK_TOP_K,
+    CorpusRetriever,
+    HybridWeights,
+    negative_threshold_for,
+)
+from ki_query.federation.ranking import (
+    FOUND,
+    NOTHING_RELEVANT,
+    calibration_for,
+    cosine_verdict,
+    finite,
+    weak_cosine,
+)
 from ki_query.federation.corpus_units import UnitStore
 from ki_query.rerank.model import offline_ranker
 
+
+log = logging.getLogger(__name__)
 
 FIRM_CORPUS_ID = "firm"
 FIRM_KIND = "firm"
@@ -103,6 +119,26 @@ def _field(item: Any, *names: str) -> Any:
     return None
 
 
+def read_chunk_text(service: Any, item: Any, principals: Sequence[str]) -> str | None:
+    """The hit's whole chunk, read as the caller through the service (the citation's passage range),
+    or None where the service cannot read text or the hit names no passage (then its text is scored)."""
+    read_text = getattr(service, "read_text", None)
+    citation = _field(item, "citation")
+    start, end = _field(citation, "passage_start"), _field(citation, "passage_end")
+    document_id, version_id = _field(item, "document_id"), _field(item, "version_id", "document_version_id")
+    if read_text is None or None in (citation, start, end, document_id) or end <= start:
+        return None
+    from ki_query.reading import TextRequest
+
+    try:
+        part = read_text(document_id, TextRequest(version=version_id, offset=start, limit=end - start), principals)
+    except Exception as exc:  # noqa: BLE001 - a chunk that cannot be read is scored on the excerpt
+        log.warning("federation: firm chunk of %s not read, its excerpt is scored: %s: %s",
+                    document_id, type(exc).__name__, exc)
+        return None
+    return str(_field(part, "text") or "") or None
+
+
 @dataclass
 class FirmIndexCorpus:
     """The firm's knowledge index as a federation corpus (no address lookups: it has no §§)."""
@@ -112,6 +148,8 @@ class FirmIndexCorpus:
     embedder: Embedder | None = None
     request_factory: Callable[[str, int], Any] = default_firm_request
     negative_threshold: float | None = None
+    # Reads a hit's whole chunk as the caller (service, hit, principals); None scores the hit's text.
+    chunk_reader: Callable[[Any, Any, Sequence[str]], str | None] = read_chunk_text
 
     def query(
         self, question: str, top_k: int = 8, principals: Sequence[str] | None = None, **_ignored: Any
@@ -120,16 +158,31 @@ class FirmIndexCorpus:
         if not principals:
             return []
         response = self.service.search(self.request_factory(question, top_k), list(principals))
-        hits = [self._hit(item) for item in _response_hits(response)]
-        return self._with_rank_scores(question, hits)
+        items = _response_hits(response)
+        hits = [self._hit(item) for item in items]
+        chunks = [self.chunk_reader(self.service, item, principals) for item in items]
+        return self._with_rank_scores(question, hits, chunks)
 
     def verify_negative_result(self, question: str, principals: Sequence[str] | None = None) -> dict[str, Any]:
-        hits = self.query(question, top_k=20, principals=principals)
-        threshold = self.negative_threshold or negative_threshold_for(getattr(self.embedder, "signature", ""))
-        strong = [h for h in hits if float(h.get("rank_score") or 0.0) >= threshold]
+        """The corpora's verdict on the firm's documents: found, weak (its best hit is weak) or nothing relevant."""
+        hits = self.query(question, top_k=NEGATIVE_CHECK_TOP_K, principals=principals)
+        signature = getattr(self.embedder, "signature", "")
+        threshold = self.negative_threshold or negative_threshold_for(signature)
+        cosines = [finite(h.get("rank_score")) for h in hits]
+        strong = [h for h, c in zip(hits, cosines, strict=True) if c >= threshold]
+        best = max(cosines, default=None)
+        null = calibration_for(signature).null_cosine
+        verdict, weak_from = cosine_verdict(best, threshold, null), weak_cosine(threshold, null)
+        if verdict == FOUND:
+            reason = f"{len(strong)} document hit(s) at cosine >= {threshold:.2f} (best {best:.3f})"
+        elif best is None:
+            reason = "no document the caller may see matches"
+        else:
+            reason = f"no document hit at cosine >= {threshold:.2f} (best {best:.3f}; weak from {weak_from:.2f})"
         return {
-            "safe_to_answer_negative": not strong,
-            "reason": f"{len(strong)} document hit(s) at cosine >= {threshold:.2f}" if strong else "no robust hit",
+            "safe_to_answer_negative": verdict == NOTHING_RELEVANT,
+            "verdict": verdict,
+            "reason": reason,
             "results": strong,
             "strong_result_count": len(strong),
         }
@@ -157,12 +210,21 @@ class FirmIndexCorpus:
             "corpus_id": self.corpus_id,
         }
 
-    def _with_rank_scores(self, question: str, hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """rank_score = cosine of question and chunk text with the shared embedder (never RRF)."""
+    def _with_rank_scores(
+        self, question: str, hits: list[dict[str, Any]], chunks: Sequence[str | None]
+    ) -> list[dict[str, Any]]:
+        """rank_score = cosine of question and the whole chunk with the shared embedder (never RRF).
+
+        The corpora score their whole units; a firm hit scored on its 320-character excerpt would be
+        compared on less text (and on the part around the words that matched). A chunk that cannot
+        be read falls back to the hit's text; metadata.scored_on says which was scored.
+        """
         if self.embedder is None or not hits:
             return hits
-        for hit, value in zip(hits, cosines(self.embedder, question, [h["text"] or " " for h in hits]), strict=True):
+        texts = [chunk or hit["text"] or " " for hit, chunk in zip(hits, chunks, strict=True)]
+        for hit, chunk, value in zip(hits, chunks, cosines(self.embedder, question, texts), strict=True):
             hit["rank_score"] = float(value)
+            hit["metadata"]["scored_on"] = "chunk" if chunk else "text"
         return hits
 
 

@@ -29,14 +29,17 @@ from pydantic.dataclasses import dataclass as typed_dataclass
 
 from ki_query.federation.errors import check_question
 from ki_query.federation.ranking import (
+    FOUND,
     NOTHING_RELEVANT,
     UNKNOWN,
+    WEAK,
     Hit,
     combined_verdict,
     corpus_verdict,
     fuse,
     named_corpus_first,
     quota_cut,
+    weighed,
 )
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,7 @@ VERWEIS_KINDS = ("verweis",)
 # The keywords a retriever that rejected our call is retried with (spec step 1).
 BASIC_QUERY_KEYWORDS = ("top_k", "where", "fetch_k")
 NO_FINDINGS_REASON = "the broad control retrieval found no robust hits in any corpus"
+NOTHING_CHECKED_REASON = "no corpus could be checked (none selected, or none has a negative check), so nothing is known"
 CHECK_FAILED_REASON = "its check failed, so nothing is known of it"
 NOT_ROUTED = "not routed: the question names other corpora"
 
@@ -97,6 +101,7 @@ Router = Callable[[str, list[str]], Sequence[str]]
 AnchorProvider = Callable[[str], Sequence[Address | Mapping[str, Any]]]
 VerweisProvider = Callable[[list[Hit], list[str]], Sequence[Address | Mapping[str, Any]]]
 NamedCorpora = Callable[[str, list[str]], Sequence[str]]
+CorpusWeights = Callable[[str, list[str]], Mapping[str, float]]
 
 
 class CorpusRegistryLike(Protocol):
@@ -134,17 +139,48 @@ class Selection:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class CandidateCut:
+    """How a query's fused candidates were cut: the cap, the limit asked (None: none), how many
+    candidates there were and how many were returned. A caller that asked for everything (or for
+    more than the cap) and got `cap` of more candidates must be told: cut_at_cap."""
+
+    cap: int
+    limit: int | None
+    candidates: int
+    returned: int
+
+    @staticmethod
+    def effective(limit: int | None) -> int:
+        return ALL_HITS_CAP if limit is None else min(limit, ALL_HITS_CAP)
+
+    @property
+    def cut_at_cap(self) -> bool:
+        return (self.limit is None or self.limit > self.cap) and self.candidates > self.cap
+
+    def describe(self) -> str:
+        asked = "no limit given" if self.limit is None else f"limit {self.limit} is above the cap"
+        return f"{asked}: {self.candidates} fused candidates cut at the candidate cap {self.cap}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "cut_at_cap": self.cut_at_cap}
+
+
 @dataclass
 class Trace:
-    """One query's selection and the steps it skipped, for explain_selection()."""
+    """One query's selection, how its candidates were cut and the steps it skipped, for explain_selection()."""
 
     question: str
     selection: Selection | None = None
     skipped: list[str] = field(default_factory=list)
+    candidates: CandidateCut | None = None
+    corpus_weights: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         assert self.selection is not None
-        return {**self.selection.as_dict(), "skipped": list(self.skipped)}
+        cut = {"candidates": self.candidates.as_dict()} if self.candidates is not None else {}
+        weights = {"corpus_weights": dict(self.corpus_weights)} if self.corpus_weights else {}
+        return {**self.selection.as_dict(), "skipped": list(self.skipped), **cut, **weights}
 
 
 def provider_name(provider: object | None) -> str | None:
@@ -219,6 +255,7 @@ class FederatedRetriever:
         max_final_results: int | None = None,
         scale: Callable[[list[Hit]], list[Hit]] | None = None,
         quota_floor: float = 0.0,
+        corpus_weights: CorpusWeights | None = None,
     ):
         self.registry = registry
         self.router = router
@@ -234,6 +271,8 @@ class FederatedRetriever:
         self.scale = scale
         # The level a corpus's best hit must reach, beside min_ratio, to be rescued by the quota.
         self.quota_floor = quota_floor
+        # question, selected corpora -> weight of each corpus's levels (corpus_prior.CorpusPrior); unnamed: 1.0.
+        self.corpus_weights = corpus_weights
         # Per thread: one instance may serve concurrent requests.
         self._traces = threading.local()
         self._warn_if_scores_incomparable()
@@ -358,23 +397,39 @@ class FederatedRetriever:
             if not selection.selected:
                 return []
             hits: list[Hit] = []
+            weights = trace.corpus_weights = self._weights(question, selection.selected)
             for corpus_id in selection.selected:
-                hits += self._query_corpus(corpus_id, question, kwargs)
+                hits += weighed(self._query_corpus(corpus_id, question, kwargs), weights.get(corpus_id, 1.0))
             for address in selection.anchor_targets:
                 if address.corpus_id in selection.selected:
                     hits += self._fetch_anchor(address)
             fused = self._follow_references(fuse(hits), selection.selected)
+            asked = self._asked_limit(kwargs)
             cut = quota_cut(
-                fused, self._final_limit(kwargs), min_per_corpus=self.min_hits_per_corpus, min_ratio=self.min_ratio,
-                floor=self.quota_floor,
+                fused, CandidateCut.effective(asked), min_per_corpus=self.min_hits_per_corpus,
+                min_ratio=self.min_ratio, floor=self.quota_floor,
             )
+            trace.candidates = CandidateCut(ALL_HITS_CAP, asked, len(fused), len(cut))
+            if trace.candidates.cut_at_cap:
+                self._note(trace.candidates.describe())
             return self._named_corpus_first(question, cut, selection.selected)
 
-    def _final_limit(self, kwargs: Mapping[str, Any]) -> int:
-        """max_final_results, else top_k; none given (or <= 0): all fused hits, up to ALL_HITS_CAP."""
+    def _asked_limit(self, kwargs: Mapping[str, Any]) -> int | None:
+        """max_final_results, else top_k; None when none is given (or it is <= 0): all fused hits."""
         given = (kwargs.get("max_final_results"), self.max_final_results, kwargs.get("top_k"))
         limit = next((value for value in given if value is not None), None)
-        return ALL_HITS_CAP if limit is None or limit <= 0 else min(limit, ALL_HITS_CAP)
+        return None if limit is None or limit <= 0 else limit
+
+    def _weights(self, question: str, selected: list[str]) -> dict[str, float]:
+        """Each corpus's weight for this question; a provider that fails or answers garbage weighs none."""
+        if self.corpus_weights is None or len(selected) < 2:
+            return {}
+        try:
+            answer = dict(self.corpus_weights(question, list(selected)))
+            return {str(c): min(1.0, max(0.0, float(w))) for c, w in answer.items() if c in selected}
+        except Exception as exc:  # noqa: BLE001 - spec: a provider error skips its step
+            self._skip("corpus weights", exc)
+            return {}
 
     def _query_corpus(self, corpus_id: str, question: str, kwargs: Mapping[str, Any]) -> list[Hit]:
         try:
@@ -491,7 +546,7 @@ class FederatedRetriever:
         checked: list[str] = []
         failed: list[str] = []
         statuses: list[str] = []
-        blocking: list[tuple[str, str]] = []
+        findings: list[tuple[str, str, str]] = []  # (corpus, its verdict, its reason) where found or weak
         results: list[Hit] = []
         with self._tracing(question) as trace:
             trace.selection = self.select(question)
@@ -506,19 +561,17 @@ class FederatedRetriever:
                 checked.append(corpus_id)
                 statuses.append(status)
                 results += verdict["results"]
-                if not verdict.get("safe_to_answer_negative", True):
-                    blocking.append((corpus_id, str(verdict.get("reason") or "robust hits found")))
+                if status != NOTHING_RELEVANT:
+                    findings.append((corpus_id, status, str(verdict.get("reason") or status)))
         status = combined_verdict(statuses, any_failed=bool(failed))
-        reasons = [f"{c}: {r}" for c, r in blocking] + [f"{c}: {CHECK_FAILED_REASON}" for c in failed]
-        reason = " | ".join(reasons) if reasons else NO_FINDINGS_REASON
         return {
             "safe_to_answer_negative": status == NOTHING_RELEVANT,
             "verdict": status,
-            "reason": reason,
+            "reason": verdict_reason(status, findings, failed),
             "results": fuse(results),
-            "strong_result_count": len(blocking),
+            "strong_result_count": len(findings),
             "corpora_checked": checked,
-            "corpora_with_findings": [c for c, _ in blocking],
+            "corpora_with_findings": [c for c, _, _ in findings],
             "corpora_failed": failed,
         }
 
@@ -552,8 +605,23 @@ class FederatedRetriever:
             router=provider_name(self.router) or "all corpora",
             min_hits_per_corpus=self.min_hits_per_corpus,
             anchors_configured=self.anchors is not None,
+            corpus_weights=provider_name(self.corpus_weights),
         )
         return data
+
+
+def verdict_reason(status: str, findings: Sequence[tuple[str, str, str]], failed: Sequence[str]) -> str:
+    """The reason of a federated verdict, in the spec's form "corpus: reason" joined by " | ", and never
+    against the verdict: found leads with the corpora that found, weak names only weak corpora,
+    unknown names the corpora that failed (or says that none was checked), nothing relevant says so."""
+    if status == NOTHING_RELEVANT:
+        return NO_FINDINGS_REASON
+    order = {FOUND: 0, WEAK: 1}
+    listed = [f"{c}: {r}" for c, _, r in sorted(findings, key=lambda f: order.get(f[1], 2))]
+    if status == UNKNOWN:
+        listed = [f"{c}: {CHECK_FAILED_REASON}" for c in failed] + listed
+        return " | ".join(listed) if failed else " | ".join([NOTHING_CHECKED_REASON, *listed])
+    return " | ".join(listed + [f"{c}: {CHECK_FAILED_REASON}" for c in failed])
 
 
 def _with_kinds(hit: Hit, kinds: Iterable[str]) -> list[str]:

@@ -20,10 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ki_core.config import Settings
 from ki_core.embedding import Embedder
+from ki_query.federation.corpus_prior import CorpusPriors
 from ki_query.federation.registry import CorpusRegistry, FirmIndexCorpus, FirmSearchService, UnknownCorpus
 from ki_query.federation.providers import AnchorRegister, CorpusMentions, MentionRouter, StatuteVerweise
 from ki_query.federation.ranking import FOUND_LEVEL, Hit, VerdictStatus, calibration_for, hit_rank
-from ki_query.federation.retriever import VERWEIS_SCORE, FederatedRetriever
+from ki_query.federation.retriever import ALL_HITS_CAP, VERWEIS_SCORE, FederatedRetriever
 from ki_query.types import check_query_length
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,24 @@ class Verdict(BaseModel):
         )
 
 
+class CandidateCap(BaseModel):
+    """The federation's candidate cap and what it did to this answer: `limit` asked (None: none),
+    fused `candidates`, hits `returned`; cut_at_cap when the cap, not the caller's limit, cut the list."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cap: int = ALL_HITS_CAP
+    limit: int | None = None
+    candidates: int = 0
+    returned: int = 0
+    cut_at_cap: bool = False
+
+
 class FederatedAnswer(BaseModel):
     question: str
     hits: list[FederatedHit]
     verdict: Verdict
+    candidates: CandidateCap = Field(default_factory=CandidateCap)
     selection: dict[str, Any] | None = None
     diagnostics: dict[str, Any] | None = None
 
@@ -133,6 +148,8 @@ class FederatedSearch:
         self.registry = registry
         self._engine = engine
         self.anchors = AnchorRegister.from_file(settings.federation.anchors_file) if settings.federation.anchors_file else None
+        strength = settings.federation.corpus_prior_strength
+        self.corpus_priors = CorpusPriors(registry, strength) if strength > 0 else None
 
     @classmethod
     def from_settings(
@@ -172,6 +189,7 @@ class FederatedSearch:
             "max_verweis_normen": config.max_verweis_normen,
             "scale": calibration_for(self.registry.embedder.signature),
             "quota_floor": FOUND_LEVEL,
+            "corpus_weights": self.corpus_priors,
         }
         return FederatedRetriever(registry, **{**wiring, **overrides})
 
@@ -189,12 +207,15 @@ class FederatedSearch:
         check_query_length(question, self.settings.retrieval.max_query_chars)
         federation = self.retriever(corpora)
         hits = federation.query(question, top_k=top_k, principals=list(principals))
-        selection = federation.explain_selection(question) if explain else None
+        explained = federation.explain_selection(question)
+        candidates = CandidateCap(**explained.get("candidates", {"limit": top_k}))
+        selection = explained if explain else None
         verdict = Verdict.from_check(federation.verify_negative_result(question, principals=list(principals)))
         return FederatedAnswer(
             question=question,
             hits=[FederatedHit.from_hit(h) for h in hits],
             verdict=verdict,
+            candidates=candidates,
             selection=selection,
             diagnostics={**federation.diagnostics(), "scale": self._scale_diagnostics()} if explain else None,
         )
@@ -225,7 +246,7 @@ def firm_service_from_settings(settings: Settings) -> Any | None:
 
 
 __all__ = [
-    "FederatedAnswer", "FederatedHit", "FederatedSearch", "UnknownCorpus", "Verdict", "firm_service_from_settings",
+    "CandidateCap", "FederatedAnswer", "FederatedHit", "FederatedSearch", "UnknownCorpus", "Verdict", "firm_service_from_settings",
 ]
 
 

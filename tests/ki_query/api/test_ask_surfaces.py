@@ -26,6 +26,7 @@ from ki_core.db import make_engine, session_factory
 from ki_core.embedding import embedder_from_settings
 from ki_core.grants import GrantEffect, GrantTarget, grant
 from ki_query.federation.corpus_loader import load_corpus
+from ki_query.federation.retriever import ALL_HITS_CAP
 from ki_query.federation.search import FederatedAnswer, FederatedSearchOnFirstUse
 from ki_query.api.http import create_query_app
 from ki_query.identity import Identity
@@ -165,6 +166,10 @@ def test_each_hit_names_its_corpus_citation_kinds_and_score(served: Served) -> N
     for hit in answer["hits"]:
         assert hit["retrieval_kinds"] and isinstance(hit["score"], float)
     assert answer["selection"] is None and answer["diagnostics"] is None
+    # The candidate cap is named in every answer, and whether it (not the caller's limit) cut the list.
+    assert answer["candidates"]["cap"] == ALL_HITS_CAP and answer["candidates"]["cut_at_cap"] is False
+    assert answer["candidates"]["limit"] == ASK["limit"]
+    assert answer["candidates"]["returned"] == len(answer["hits"]) <= answer["candidates"]["candidates"]
 
 
 def test_explain_shows_the_corpus_selection_on_every_surface(served: Served) -> None:

@@ -14,7 +14,10 @@ import pytest
 
 from ki_core.embedding import HashingEmbedder
 from ki_query.federation.corpus_loader import corpus_index_exists, load_corpus, remove_corpus
+from ki_query.federation.ranking import FOUND, NOTHING_RELEVANT, WEAK, calibration_for
+from ki_query.federation.registry import FirmIndexCorpus, cosines
 from ki_query.federation.search import FederatedSearch
+from ki_query.reading import TextRequest
 from tests.ki_query.memory_corpora import FIXTURE as STATUTES
 from tests.ki_query.retrieval_fixtures import DIMENSIONS, MEMBER, FolderWorld, fresh_world  # noqa: F401 - fixture
 from tests.ki_workers.conftest import FOLDER, ctx, database_url  # noqa: F401 - fixtures
@@ -27,6 +30,15 @@ MEMO = (
     "an Dritte weitergibt: die Weitergabe vertraulicher Daten ist ein wichtiger Grund im Sinne des § 626 BGB.\n"
 )
 CORPORA = [f"gesetze-{n}" for n in range(1, 6)]
+# A memo whose one body chunk is far longer than the 320-character excerpt a firm hit carries: the question's
+# words stand in its last sentence, the rest is about something else, so chunk and excerpt score apart.
+LONG_MEMO_FILE = "vermerk-probezeit.txt"
+LONG_MEMO = (
+    "Vermerk zur Probezeit\n\n"
+    + "Die Akte enthält Schriftverkehr zu Urlaubsansprüchen, Reisekosten, Fortbildungen und Dienstwagen. " * 6
+    + "Während der Probezeit kann das Arbeitsverhältnis mit einer Frist von zwei Wochen gekündigt werden.\n"
+)
+PROBEZEIT = "Kündigungsfrist in der Probezeit zwei Wochen"
 
 
 @pytest.fixture
@@ -35,9 +47,13 @@ def folder(tmp_path: Path) -> Path:
     target = tmp_path / "ordner"
     shutil.copytree(FOLDER, target)
     (target / MEMO_FILE).write_text(MEMO, encoding="utf-8")
+    (target / LONG_MEMO_FILE).write_text(LONG_MEMO, encoding="utf-8")
     manifest = json.loads((target / "ki-manifest.json").read_text(encoding="utf-8"))
     manifest["files"].append(
         {"path": MEMO_FILE, "document": "gutachten-datenweitergabe", "status": "final", "matter": "Kontorwerk Miete"}
+    )
+    manifest["files"].append(
+        {"path": LONG_MEMO_FILE, "document": "vermerk-probezeit", "status": "final", "matter": "Kontorwerk Miete"}
     )
     (target / "ki-manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return target
@@ -108,3 +124,50 @@ def test_a_removed_corpus_is_gone_from_sql_the_index_and_the_selection(world, em
     finally:
         search.close()
     assert answer.selection["selected"] == [*CORPORA[1:], "firm"] and answer.selection["left_out"] == {}
+
+
+def test_a_firm_hit_is_scored_on_its_whole_chunk_not_on_the_excerpt(world, embedder) -> None:
+    service, _index, _embedder = world.service()
+    firm = FirmIndexCorpus(service, embedder=embedder)
+    [hit] = [h for h in firm.query(PROBEZEIT, top_k=10, principals=[MEMBER]) if h["metadata"]["title"] == "Vermerk zur Probezeit"]
+    citation = hit["metadata"]["citation"]
+    chunk = service.read_text(
+        hit["metadata"]["document_id"],
+        TextRequest(version=citation["version"]["id"], offset=citation["passage_start"],
+                    limit=citation["passage_end"] - citation["passage_start"]),
+        [MEMBER],
+    ).text
+    assert "Probezeit" in chunk and len(chunk) > len(citation["excerpt"]) + 200
+    on_chunk, on_excerpt = cosines(embedder, PROBEZEIT, [chunk, citation["excerpt"]])
+    assert abs(on_chunk - on_excerpt) > 0.01  # the two texts score apart, so the test can tell them apart
+    assert hit["rank_score"] == pytest.approx(float(on_chunk), abs=1e-5)
+    assert hit["metadata"]["scored_on"] == "chunk"
+    # Whoever may not see the memo gets no hit and reads no chunk.
+    assert firm.query(PROBEZEIT, top_k=10, principals=["bob"]) == []
+
+
+def test_the_firm_index_is_weak_where_its_best_hit_is_weak_and_found_where_it_is_strong(world, embedder) -> None:
+    service, _index, _embedder = world.service()
+    best = max(h["rank_score"] for h in FirmIndexCorpus(service, embedder=embedder).query(
+        PROBEZEIT, top_k=20, principals=[MEMBER]))
+    # Thresholds placed around the measured best cosine: the found cosine just above it gives "weak"
+    # (between the weak and the found cosine), just below it "found", and far above it "nothing relevant".
+    null = calibration_for(embedder.signature).null_cosine
+    found_above = best + (best - null) * 0.5
+    weak = FirmIndexCorpus(service, embedder=embedder, negative_threshold=found_above)
+    check = weak.verify_negative_result(PROBEZEIT, principals=[MEMBER])
+    assert check["verdict"] == WEAK and check["safe_to_answer_negative"] is False and check["results"] == []
+    assert check["reason"].startswith("no document hit at cosine >=")
+    found = FirmIndexCorpus(service, embedder=embedder, negative_threshold=best - 1e-4)
+    assert found.verify_negative_result(PROBEZEIT, principals=[MEMBER])["verdict"] == FOUND
+    nothing = FirmIndexCorpus(service, embedder=embedder, negative_threshold=null + (best - null) * 10)
+    assert nothing.verify_negative_result(PROBEZEIT, principals=[MEMBER])["verdict"] == NOTHING_RELEVANT
+    # The federation reads the firm's weak verdict as such: weak, never safe to answer negatively.
+    search = federated_search(world, embedder)
+    search.registry.firm.negative_threshold = found_above
+    try:
+        answer = search.ask(PROBEZEIT, [MEMBER], corpora=["firm"])
+    finally:
+        search.close()
+    assert answer.verdict.status == WEAK and answer.verdict.corpora_with_findings == ["firm"]
+    assert answer.verdict.reason.startswith("firm: no document hit at cosine")

@@ -487,6 +487,7 @@ def test_diagnostics_add_federated_router_quota_and_anchor_facts_to_the_registry
         "router": "law_router",
         "min_hits_per_corpus": 3,
         "anchors_configured": False,
+        "corpus_weights": None,
     }
     anchored = FederatedRetriever(registry(bgb=MemoryRetriever(BGB)), anchors=lambda q: [])
     assert anchored.diagnostics()["anchors_configured"] is True
@@ -752,6 +753,29 @@ def test_without_a_limit_every_fused_hit_is_returned_up_to_the_documented_cap() 
     assert len(federation.query("Treffer")) == ALL_HITS_CAP
     assert len(federation.query("Treffer", top_k=5, max_final_results=0)) == ALL_HITS_CAP
     assert len(federation.query("Treffer", top_k=5)) == 5
+
+
+def test_a_query_cut_at_the_candidate_cap_says_so_and_one_within_its_limit_does_not(caplog) -> None:
+    many = [hit("big", f"Treffer {i}", 0.9 - i / 10_000, text_hash=f"h{i}") for i in range(ALL_HITS_CAP + 40)]
+    federation = FederatedRetriever(registry(big=FixedHitsRetriever(many[:30]), more=FixedHitsRetriever(many[30:])))
+    with caplog.at_level(logging.WARNING):
+        federation.query("Treffer")
+    cut = federation.explain_selection("Treffer")
+    assert cut["candidates"] == {"cap": ALL_HITS_CAP, "limit": None, "candidates": ALL_HITS_CAP + 40,
+                                 "returned": ALL_HITS_CAP, "cut_at_cap": True}
+    said = f"no limit given: {ALL_HITS_CAP + 40} fused candidates cut at the candidate cap {ALL_HITS_CAP}"
+    assert said in cut["skipped"] and said in " ".join(warnings_of(caplog))
+    federation.query("Treffer", top_k=ALL_HITS_CAP + 1)
+    above = federation.explain_selection("Treffer")
+    assert above["candidates"]["cut_at_cap"] is True and above["candidates"]["limit"] == ALL_HITS_CAP + 1
+    federation.query("Treffer", top_k=5)
+    within = federation.explain_selection("Treffer")
+    assert within["candidates"] == {"cap": ALL_HITS_CAP, "limit": 5, "candidates": ALL_HITS_CAP + 40,
+                                    "returned": 5, "cut_at_cap": False}
+    assert within["skipped"] == []
+    few = FederatedRetriever(registry(big=FixedHitsRetriever(many[:30])))
+    few.query("Treffer")
+    assert few.explain_selection("Treffer")["candidates"]["cut_at_cap"] is False
 
 
 # ------------------------------------------------------------------ the question itself

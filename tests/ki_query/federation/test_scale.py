@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ki_query.federation import ranking
 from ki_query.federation.ranking import (
@@ -22,12 +24,21 @@ from ki_query.federation.ranking import (
     Calibration,
     calibration_for,
     combined_verdict,
+    cosine_verdict,
     hit_rank,
     level_verdict,
     on_common_scale,
     quota_cut,
+    weak_cosine,
 )
-from ki_query.federation.retriever import VERWEIS_SCORE, Address, FederatedRetriever
+from ki_query.federation.retriever import (
+    CHECK_FAILED_REASON,
+    NO_FINDINGS_REASON,
+    NOTHING_CHECKED_REASON,
+    VERWEIS_SCORE,
+    Address,
+    FederatedRetriever,
+)
 from ki_query.federation.search import CitedByStrongHits
 from tests.ki_query.memory_corpora import BrokenRetriever, FixedHitsRetriever, MemoryRegistry
 
@@ -164,6 +175,17 @@ def test_the_best_level_decides_found_from_the_found_level_and_weak_from_the_wea
     assert level_verdict(WEAK_LEVEL - 1e-9) == level_verdict(0.0) == NOTHING_RELEVANT
 
 
+def test_a_best_cosine_is_found_from_the_found_cosine_and_weak_from_the_weak_cosine_on_the_same_line() -> None:
+    e5 = calibration_for("e5-small:384")
+    found = e5.cosine_at(FOUND_LEVEL)
+    weak = weak_cosine(found, e5.null_cosine)
+    assert weak == pytest.approx(e5.cosine_at(WEAK_LEVEL))
+    assert cosine_verdict(found, found, e5.null_cosine) == FOUND
+    assert cosine_verdict(found - 1e-6, found, e5.null_cosine) == cosine_verdict(weak, found, e5.null_cosine) == WEAK
+    assert cosine_verdict(weak - 1e-6, found, e5.null_cosine) == NOTHING_RELEVANT
+    assert cosine_verdict(None, found, e5.null_cosine) == NOTHING_RELEVANT  # no hit at all
+
+
 def test_found_in_one_corpus_is_found_even_when_another_could_not_be_checked() -> None:
     assert combined_verdict([NOTHING_RELEVANT, FOUND], any_failed=True) == FOUND
     assert combined_verdict([WEAK, NOTHING_RELEVANT], any_failed=False) == WEAK
@@ -247,3 +269,70 @@ def test_a_measured_gateway_model_is_keyed_by_its_model(monkeypatch) -> None:
         assert calibration_for("hashing:hashing-test:64").null_cosine == ranking.NULL_COSINES["hashing"]
     finally:
         calibration_for.cache_clear()
+
+
+# ------------------------------------------------------------------ the verdict and its reason agree
+
+
+class NoCheck:
+    """A corpus without a negative check: it answers queries, it cannot say whether it holds nothing."""
+
+    def query(self, question: str, top_k: int = 8) -> list[dict]:
+        return []
+
+
+def federated_check(**corpora: str) -> dict:
+    """verify_negative_result over corpora given as a verdict, "raises" or "no check"."""
+    made = {"raises": lambda: BrokenRetriever([]), "no check": NoCheck}
+    registry = MemoryRegistry({c: made[v]() if v in made else Checked(v) for c, v in corpora.items()})
+    return FederatedRetriever(registry).verify_negative_result("Frage")
+
+
+def test_found_leads_its_reason_with_the_corpora_that_found() -> None:
+    check = federated_check(statutes=WEAK, guideline=FOUND, firm="raises")
+    assert check["verdict"] == FOUND
+    assert check["reason"] == f"guideline: {FOUND} | statutes: {WEAK} | firm: {CHECK_FAILED_REASON}"
+
+
+def test_weak_names_only_the_weak_corpora() -> None:
+    check = federated_check(statutes=NOTHING_RELEVANT, guideline=WEAK)
+    assert check["verdict"] == WEAK and check["reason"] == f"guideline: {WEAK}"
+    assert NO_FINDINGS_REASON not in check["reason"]
+
+
+def test_nothing_relevant_says_nothing_was_found() -> None:
+    check = federated_check(statutes=NOTHING_RELEVANT, guideline=NOTHING_RELEVANT)
+    assert check["verdict"] == NOTHING_RELEVANT and check["reason"] == NO_FINDINGS_REASON
+
+
+def test_unknown_because_a_corpus_failed_names_it_and_never_says_nothing_was_found() -> None:
+    check = federated_check(statutes=NOTHING_RELEVANT, firm="raises")
+    assert check["verdict"] == UNKNOWN and check["reason"] == f"firm: {CHECK_FAILED_REASON}"
+
+
+@pytest.mark.parametrize("corpora", [{}, {"statutes": "no check"}])
+def test_unknown_because_nothing_was_checked_says_so_not_that_nothing_was_found(corpora) -> None:
+    check = federated_check(**corpora)
+    assert check["verdict"] == UNKNOWN and check["safe_to_answer_negative"] is False
+    assert check["reason"] == NOTHING_CHECKED_REASON and "no robust hits" not in check["reason"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]),
+                       st.sampled_from([FOUND, WEAK, NOTHING_RELEVANT, "raises", "no check"]), max_size=4))
+def test_the_reason_never_contradicts_the_verdict(corpora) -> None:
+    check = federated_check(**corpora)
+    status, reason = check["verdict"], check["reason"]
+    found = [c for c, v in corpora.items() if v == FOUND]
+    failed = [c for c, v in corpora.items() if v == "raises"]
+    assert (reason == NO_FINDINGS_REASON) == (status == NOTHING_RELEVANT)
+    assert (CHECK_FAILED_REASON in reason) == bool(failed)
+    assert (reason == NOTHING_CHECKED_REASON or reason.startswith(NOTHING_CHECKED_REASON + " | ")) == (
+        status == UNKNOWN and not failed
+    )
+    if status == FOUND:
+        assert any(reason.startswith(f"{c}: ") for c in found)
+    if status == WEAK:
+        assert all(v == WEAK for c, v in corpora.items() if f"{c}: " in reason)
+    for corpus in check["corpora_with_findings"]:
+        assert f"{corpus}: " in reason

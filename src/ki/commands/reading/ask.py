@@ -67,6 +67,9 @@ def _print(answer: FederatedAnswer) -> None:
                       f"{hit.score:.3f}", text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else ""))
     console.print(table)
     console.print(escape(f"verdict: {answer.verdict.status} ({answer.verdict.reason})"), soft_wrap=True)
+    if answer.candidates.cut_at_cap:
+        console.print(f"[yellow]cut:[/] {answer.candidates.candidates} candidates, cut at the cap "
+                      f"of {answer.candidates.cap}", soft_wrap=True)
     if answer.diagnostics is not None:
         console.print(json.dumps(answer.diagnostics, indent=2, ensure_ascii=False, default=str))
 
