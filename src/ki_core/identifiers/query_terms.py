@@ -8,7 +8,9 @@ it matches nothing and the leg does not run. A statute reference below its secti
 ("§ 573c Abs. 1 BGB") also asks, at half the weight, for the section ("§ 573c BGB"),
 which documents and statute sections cite or carry as a whole. A short query that is
 one pasted string the extractor does not know (an internal file number given in a
-manifest) is asked for as a whole value too.
+manifest) is asked for as a whole value too, and so is each word outside the identifiers
+found that looks like a file number ("MV-2024-003", "4711/23"): whole values only, so
+"MV-2024" never finds "MV-2024-003" and two words never match across two identifiers.
 
 Two spellings of one identifier are asked for together, so documents indexed before
 and after a change of normal form still match: an EU act under its sibling
@@ -22,6 +24,8 @@ signature means `ki reindex`, not silent misses.
 """
 
 from __future__ import annotations
+
+import re
 
 from .case_numbers import core_case_number
 from .eu import designation_variants
@@ -37,6 +41,9 @@ SECTION_WEIGHT = 1.0
 # A pasted value, not a sentence: at most this long and at most this many words.
 PASTED_MAX_CHARS = 80
 PASTED_MAX_WORDS = 6
+# A word that looks like a file number: a digit, and a letter or an inner separator beside it.
+_FILE_NUMBER = re.compile(r"(?=.*\d)(?:.*[^\W\d_]|.*\w[/.\-]\w)", re.UNICODE)
+_WORD_EDGES = "\"'„“”‚‘’»«()[]{}<>,;:!?."
 
 IdentifierTerms = tuple[tuple[str, float], ...]
 
@@ -44,7 +51,8 @@ IdentifierTerms = tuple[tuple[str, float], ...]
 def query_identifier_terms(query: str) -> IdentifierTerms:
     """(value, weight) pairs for the identifier leg, strongest first; () when the query holds none."""
     terms: dict[str, float] = {}
-    for found in extract(query):
+    identifiers = extract(query)
+    for found in identifiers:
         for value in (found.normalized, *same_identifier(found)):
             terms[value] = max(terms.get(value, 0.0), EXACT_WEIGHT)
         for law in (found.law, *designation_variants(found.law or "")):
@@ -53,9 +61,8 @@ def query_identifier_terms(query: str) -> IdentifierTerms:
                 terms.setdefault(section, SECTION_WEIGHT)
         if found.kind == "case_number" and (core := core_case_number(found.normalized)):
             terms.setdefault(core, SECTION_WEIGHT)
-    pasted = " ".join(query.split())
-    if _looks_pasted(pasted):
-        terms.setdefault(pasted, EXACT_WEIGHT)
+    for value in pasted_values(query, identifiers):
+        terms.setdefault(value, EXACT_WEIGHT)
     return tuple(sorted(terms.items(), key=lambda item: (-item[1], item[0])))
 
 
@@ -71,6 +78,19 @@ def section_value(kind: str, section: str | None, law: str | None) -> str | None
     if kind not in ("statute", "eu_reference") or not section or not law:
         return None
     return f"{section} {law}"
+
+
+def pasted_values(query: str, identifiers: list[Identifier]) -> tuple[str, ...]:
+    """What the extractor does not know but a user may have pasted: the whole short query, and
+    each word outside the identifiers found that looks like a file number, as whole values."""
+    pasted = " ".join(query.split())
+    values = [pasted] if _looks_pasted(pasted) else []
+    for word in re.finditer(r"\S+", query):
+        inside = any(i.start < word.end() and word.start() < i.end for i in identifiers)
+        value = word.group().strip(_WORD_EDGES)
+        if not inside and len(value) >= 3 and _FILE_NUMBER.match(value):
+            values.append(value)
+    return tuple(dict.fromkeys(values))
 
 
 def _looks_pasted(text: str) -> bool:

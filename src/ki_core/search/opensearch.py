@@ -337,11 +337,11 @@ def constrained_lexical_body(request: MultiSearchRequest) -> dict[str, Any]:
 
 
 def identifier_clauses(terms: tuple[tuple[str, float], ...]) -> list[dict[str, Any]]:
-    """A value matches where all its tokens are among the chunk's identifier tokens (the
-    ki_identifier analyzer, the same as the embedded backend's), scored by BM25 times its weight."""
-    return [
-        {"match": {"identifiers_text": {"query": value, "operator": "and", "boost": weight}}} for value, weight in terms
-    ]
+    """A value matches a chunk that carries it or a reference below it (identifier_values holds
+    each value's ancestors), never one whose identifiers merely share its tokens (amendments.md
+    1). A keyword term scores boost x idf times a constant (no norms, one occurrence), which the
+    embedded backend computes as weight x idf: both order alike."""
+    return [{"term": {"identifier_values": {"value": value, "boost": weight}}} for value, weight in terms]
 
 
 def search_preference(index: str, query: str, principals: Iterable[str], clauses: list[dict[str, Any]]) -> str:

@@ -450,7 +450,7 @@ def test_one_msearch_carries_the_three_legs_under_the_same_strict_filter(script:
             "vector": [0.6, 0.0, 0.8], "k": 50, "filter": {"bool": {"filter": ALL_FILTER_CLAUSES}}}}}},
         {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 50, "_source": SOURCE, "query": {"bool": {
-            "should": [{"match": {"identifiers_text": {"query": "VIII ZR 123/20", "operator": "and", "boost": 2.0}}}],
+            "should": [{"term": {"identifier_values": {"value": "VIII ZR 123/20", "boost": 2.0}}}],
             "minimum_should_match": 1, "filter": ALL_FILTER_CLAUSES}},
          "sort": [{"_score": {"order": "desc"}}, {"chunk_id": {"order": "asc"}}]},
     ]  # fmt: skip
