@@ -37,7 +37,9 @@ from .model import Identifier
 # 2: implementing and delegated EU acts keep their own designation (DVO, DelVO, DelRL, DurchfB,
 # no longer 'VO (EU) ...'), two-register case numbers are one value ('3 KLs 101 Js 47753/18'),
 # long register forms and further suffixes are found (issue 19, item 3).
-EXTRACTOR_VERSION = 2
+# 3: Berlin's and Dortmund's two-register forms ("(318 OWi) 3034 Js-OWi 1021/20 (88/20)", "729 OWi-251
+# Js 287/22-27/22"), six-digit prosecutor numbers, "Handelsregister B ... Nr. 701234" (issue 44).
+EXTRACTOR_VERSION = 3
 EXACT_WEIGHT = 2.0
 # The part of a two-register case number that carries the number, as older indexes hold it.
 PART_WEIGHT = 1.0
