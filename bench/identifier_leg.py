@@ -1,84 +1,81 @@
-"""What the identifier leg admits per pasted identifier, against the chunks that carry it (issue 44).
+"""The identifier leg alone on a loaded statutes corpus: pasted references and bare law names.
 
-    .venv/bin/python bench/identifier_leg.py .ki-demo/index
-    .venv/bin/python bench/identifier_leg.py <state>/index/corpus-statutes-<signature> --kind chunk "§ 1 BGB" "§ 2 BGB"
+Run where the corpus was loaded (`ki corpus load statutes ...`, embedded backend), with the same
+KI_* settings. Prints the leg's precision@1 for ten pasted statute references (the unit of the
+cited section first) and how many chunks a bare law name matches, for the whole-value leg and for
+the token OR the leg used before (amendments.md 1), rebuilt here on the same tantivy field.
 
-Reads an embedded index (its tantivy text index and chunk table) without a signature check.
-Each query is run through `query_identifier_terms` and the leg's query, inside the chunk kind
-given; a chunk carries a query when its identifier values (each identifier with its
-ancestors) hold one of the query's values. `--token-match` adds the match the leg had before
-issue 44 (every token of a value among the chunk's identifier tokens, on identifiers_text, and
-a paragraph also asking for its section) as a baseline. Without queries, every identifier value
-the index holds is pasted once.
+    python bench/identifier_leg.py
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sqlite3
-from pathlib import Path
-
+from sqlalchemy import select
 from tantivy import Occur, Query
 
-from ki_core.identifiers import extract, query_identifier_terms
-from ki_core.identifiers.whole_values import identifier_values
-from ki_core.search.text_index import TextIndex
-from ki_core.search.types import SearchFilters
+from ki_core.config import load_settings
+from ki_core.db import engine_from_settings, session_factory
+from ki_core.identifiers import query_identifier_terms
+from ki_core.models.corpora import Corpus
+from ki_core.search import open_index
+from ki_core.search.embedded import EmbeddedIndex
+from ki_core.search.types import Leg, MultiSearchRequest, ScopeFilter
+
+PASTED = [
+    ("§ 573c Abs. 1 BGB", "§ 573c"), ("§ 573c BGB", "§ 573c"), ("§ 626 Abs. 1 BGB", "§ 626"),
+    ("Art. 3 Abs. 1 GG", "Art. 3"), ("§ 91 ZPO", "§ 91"), ("§ 280 Abs. 1 BGB", "§ 280"),
+    ("§ 13 SGB V", "§ 13"), ("Art. 14 GG", "Art. 14"), ("§ 823 Abs. 1 BGB", "§ 823"), ("§ 1004 BGB", "§ 1004"),
+]  # fmt: skip
+LAW_NAMES = ["Kündigung nach BGB", "Anspruch nach ZPO", "Grundrechte GG"]
+DEPTH = 2500
 
 
-def carried(index_dir: Path, kind: str) -> dict[int, set[str]]:
-    """chunk id -> the identifier values it carries, for the live chunks of one kind."""
-    with sqlite3.connect(index_dir / "chunks.sqlite3") as db:
-        rows = db.execute("SELECT chunk_id, identifiers FROM chunks WHERE alive = 1 AND chunk_kind = ?", (kind,))
-        return {chunk_id: set(identifier_values(json.loads(ids))) for chunk_id, ids in rows}
+def token_or_leg(index: EmbeddedIndex, query: str) -> tuple[list[int], int]:
+    """The old leg: any of the query's identifier tokens, BM25 (ranked ids, total matches)."""
+    tokens = index.text.identifier.analyze(query)
+    if not tokens:
+        return [], 0
+    field = "identifiers_text"
+    matcher = Query.boolean_query(
+        [(Occur.Should, Query.term_query(index.text.schema, field, token, index_option="freq")) for token in tokens]
+    )
+    searcher = index.text.index.searcher()
+    found = searcher.search(Query.boolean_query([(Occur.Must, matcher)]), DEPTH, count=True)
+    return searcher.fast_field_values("chunk_id", [address for _, address in found.hits]), found.count
 
 
-def admitted(text: TextIndex, matcher: Query | None, kind: str) -> set[int]:
-    if matcher is None:
-        return set()
-    return set(text._top(matcher, text.strict_filter(None, SearchFilters(chunk_kind=kind)), 1_000_000, None).chunk_ids)
+def whole_value_leg(index: EmbeddedIndex, query: str) -> tuple[list[int], int]:
+    everything = ScopeFilter(project_ids=frozenset(index.table.project_ids()))
+    request = MultiSearchRequest(query_text="", query_vector=None, scope=everything, size=DEPTH,
+                                 identifier_terms=query_identifier_terms(query))  # fmt: skip
+    hits = index.multi_search(request).hits(Leg.IDENTIFIER)
+    return hits.chunk_ids.tolist(), len(hits)
 
 
-def token_match(text: TextIndex, query: str) -> Query | None:
-    """The leg before issue 44: each value (and a paragraph's section) as all of its tokens."""
-    values = set()
-    for found in extract(query):
-        values.add(found.normalized)
-        if found.kind in ("statute", "eu_reference") and found.section and found.law:
-            values.add(f"{found.section} {found.law}")
-    branches = [
-        (Occur.Should, Query.boolean_query([
-            (Occur.Must, Query.term_query(text.schema, "identifiers_text", token, index_option="freq"))
-            for token in dict.fromkeys(tokens)
-        ]))
-        for value in sorted(values) if (tokens := text.identifier.analyze(value))
-    ]  # fmt: skip
-    return Query.boolean_query(branches) if branches else None
+def first_is(index: EmbeddedIndex, chunk_ids: list[int], section: str) -> bool:
+    fields = index.stored_fields(chunk_ids[0]) if chunk_ids else None
+    return fields is not None and section in fields["document_version_id"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", type=Path, help="an embedded index directory (holding text/ and chunks.sqlite3)")
-    parser.add_argument("queries", nargs="*", help="pasted references (default: every value the index holds)")
-    parser.add_argument("--kind", default="chunk", help="chunk_kind to count (a corpus's Absätze: chunk)")
-    parser.add_argument("--token-match", action="store_true", help="also count the token match it replaced")
-    args = parser.parse_intermixed_args()
-    text = TextIndex(args.index / "text", writable=False)
-    chunks = carried(args.index, args.kind)
-    queries = args.queries or sorted(set().union(*chunks.values()))
-    print(f"{len(chunks)} chunks of kind {args.kind!r}")
-    print("query | admitted | carry it | admitted without carrying" + (" | token match admitted" if args.token_match else ""))
-    wrong = 0
-    for query in queries:
-        values = {value for value, _ in query_identifier_terms(query)}
-        carriers = {chunk_id for chunk_id, held in chunks.items() if held & values}
-        hits = admitted(text, text.identifier_query(query_identifier_terms(query)), args.kind)
-        wrong += len(hits - carriers)
-        before = f" | {len(admitted(text, token_match(text, query), args.kind))}" if args.token_match else ""
-        print(f"{query} | {len(hits)} | {len(carriers)} | {len(hits - carriers)}{before}")
-    print(f"{len(queries)} queries; chunks admitted without carrying a value asked for: {wrong}")
+def main() -> int:
+    settings = load_settings()
+    sessions = session_factory(engine_from_settings(settings))
+    with sessions() as session:
+        corpus = session.scalar(select(Corpus).where(Corpus.id == "statutes"))
+    if corpus is None:
+        raise SystemExit("no corpus 'statutes' here: run `ki corpus load statutes ...` first")
+    index = open_index(settings, index_name=corpus.index_name, read_only=True)
+    if not isinstance(index, EmbeddedIndex):
+        raise SystemExit("this bench reads the embedded backend's tantivy field (search.backend embedded)")
+    index.ensure()
+    print(f"corpus index: {index.count():,} chunks")
+    for name, leg in (("token OR (before)", token_or_leg), ("whole values (now)", whole_value_leg)):
+        good = sum(first_is(index, leg(index, query)[0], section) for query, section in PASTED)
+        matched = ", ".join(f"{q!r} {leg(index, q)[1]:,}" for q in LAW_NAMES)
+        print(f"{name}: precision@1 {good}/{len(PASTED)} pasted references; chunks matched by {matched}")
+    index.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

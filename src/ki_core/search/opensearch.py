@@ -159,6 +159,8 @@ def mapping_properties(retrieval: RetrievalSettings, dimensions: int) -> dict[st
         "meta": {"type": "object", "enabled": False},
     }
     properties.update({name: dict(_KEYWORD) for name in _KEYWORD_FIELDS})
+    # The identifier leg's BM25 weighs a value by how few others the chunk carries, as tantivy does.
+    properties["identifier_values"] = {**_KEYWORD, "norms": True}
     return dict(sorted(properties.items()))
 
 
@@ -339,8 +341,7 @@ def constrained_lexical_body(request: MultiSearchRequest) -> dict[str, Any]:
 def identifier_clauses(terms: tuple[tuple[str, float], ...]) -> list[dict[str, Any]]:
     """A value matches a chunk that carries it or a reference below it (identifier_values holds
     each value's ancestors), never one whose identifiers merely share its tokens (amendments.md
-    1). A keyword term scores boost x idf times a constant (no norms, one occurrence), which the
-    embedded backend computes as weight x idf: both order alike."""
+    1); BM25 times its weight, on a keyword field with norms (the embedded backend's raw field)."""
     return [{"term": {"identifier_values": {"value": value, "boost": weight}}} for value, weight in terms]
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
-import math
 import re
 from operator import itemgetter
 from pathlib import Path
@@ -78,11 +77,6 @@ def _analyzers() -> tuple[tantivy.TextAnalyzer, tantivy.TextAnalyzer]:
     if not _ANALYZERS:
         _ANALYZERS.extend((german_analyzer(), german_words()))
     return _ANALYZERS[0], _ANALYZERS[1]
-
-
-def bm25_idf(carriers: int, documents: int) -> float:
-    """Lucene's BM25 idf, which OpenSearch applies to a keyword term: ln(1 + (N - n + 0.5) / (n + 0.5))."""
-    return math.log(1 + (max(documents, carriers) - carriers + 0.5) / (carriers + 0.5))
 
 
 def identifier_analyzer() -> tantivy.TextAnalyzer:
@@ -302,18 +296,13 @@ class TextIndex:
         """OR over the whole values (amendments.md 1): a value matches a chunk that carries it or
         a reference below it ("§ 573c BGB" finds "§ 573c Abs. 1 Satz 2 BGB", whose ancestors
         identifier_values holds), never one whose identifiers merely share its tokens ("§ 1 BGB"
-        against "§ 12 BGB" and "§ 1 ZPO"). A matched value scores weight x idf and a chunk the
-        sum: OpenSearch's term score on a keyword field (no norms) is that times a constant, so
-        both backends order alike; a rare value (a case number) outweighs a common one."""
-        searcher = self.index.searcher()
-        branches = []
-        for value, weight in terms:
-            carriers = searcher.doc_freq(IDENTIFIER_LEG_FIELD, value)
-            if carriers == 0:
-                continue
-            term = Query.term_query(self.schema, IDENTIFIER_LEG_FIELD, value, index_option="basic")
-            score = weight * bm25_idf(carriers, searcher.num_docs)
-            branches.append((Occur.Should, Query.const_score_query(term, score)))
+        against "§ 12 BGB" and "§ 1 ZPO"). BM25 times the weight, as on OpenSearch (a keyword
+        field with norms): a rare value (a case number) outweighs a common one, and of two
+        carriers the one with fewer values ranks first (the § itself before a § citing it)."""
+        branches = [
+            (Occur.Should, Query.boost_query(Query.term_query(self.schema, IDENTIFIER_LEG_FIELD, value, index_option="basic"), weight))
+            for value, weight in terms
+        ]  # fmt: skip
         return Query.boolean_query(branches) if branches else None
 
     def match_query(self, leg_field: str, query_text: str) -> Query | None:

@@ -95,7 +95,7 @@ EXPECTED_PROPERTIES = {
         },
     },
     "courts": {"type": "keyword"},
-    "identifier_values": {"type": "keyword"},
+    "identifier_values": {"type": "keyword", "norms": True},
     "identifiers": {"type": "keyword"},
     "identifiers_text": {"type": "text", "analyzer": "ki_identifier"},
     "language": {"type": "keyword"},
