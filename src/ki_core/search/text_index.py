@@ -92,7 +92,9 @@ def text_schema() -> tantivy.Schema:
     builder.add_text_field("text", tokenizer_name=GERMAN, index_option="position")
     builder.add_text_field("identifiers_text", tokenizer_name=IDENTIFIER, index_option="freq")
     for name in KEYWORD_FIELDS:
-        builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
+        # The identifier leg's BM25 counts how many of a chunk's identifiers lie at or below a value.
+        option = "freq" if name == IDENTIFIER_LEG_FIELD else "basic"
+        builder.add_text_field(name, tokenizer_name="raw", index_option=option)
     builder.add_integer_field("doc_date", indexed=True, fast=True)
     return builder.build()
 
@@ -297,10 +299,11 @@ class TextIndex:
         a reference below it ("§ 573c BGB" finds "§ 573c Abs. 1 Satz 2 BGB", whose ancestors
         identifier_values holds), never one whose identifiers merely share its tokens ("§ 1 BGB"
         against "§ 12 BGB" and "§ 1 ZPO"). BM25 times the weight, as on OpenSearch (a keyword
-        field with norms): a rare value (a case number) outweighs a common one, and of two
-        carriers the one with fewer values ranks first (the § itself before a § citing it)."""
+        field with norms and freqs): a rare value (a case number) outweighs a common one, a chunk
+        with more identifiers at or below the value ranks higher, one carrying fewer values in all
+        too (the § itself before a § citing it)."""
         branches = [
-            (Occur.Should, Query.boost_query(Query.term_query(self.schema, IDENTIFIER_LEG_FIELD, value, index_option="basic"), weight))
+            (Occur.Should, Query.boost_query(Query.term_query(self.schema, IDENTIFIER_LEG_FIELD, value, index_option="freq"), weight))
             for value, weight in terms
         ]  # fmt: skip
         return Query.boolean_query(branches) if branches else None

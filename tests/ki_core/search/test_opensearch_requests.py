@@ -95,7 +95,7 @@ EXPECTED_PROPERTIES = {
         },
     },
     "courts": {"type": "keyword"},
-    "identifier_values": {"type": "keyword", "norms": True},
+    "identifier_values": {"type": "keyword", "norms": True, "index_options": "freqs"},
     "identifiers": {"type": "keyword"},
     "identifiers_text": {"type": "text", "analyzer": "ki_identifier"},
     "language": {"type": "keyword"},
