@@ -582,6 +582,7 @@ def test_the_index_converts_with_its_configured_space(script: Script) -> None:
 
 def test_open_index_builds_the_opensearch_backend_from_settings_without_a_request() -> None:
     from ki_core.config import Settings
+    from ki_core.identifiers import EXTRACTOR_VERSION
     from ki_core.search.index import SearchIndex, open_index
 
     settings = Settings(
@@ -590,7 +591,8 @@ def test_open_index_builds_the_opensearch_backend_from_settings_without_a_reques
     )
     index = open_index(settings)
     assert isinstance(index, OpenSearchIndex) and isinstance(index, SearchIndex)
-    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing model=t/v1 dim=3 norm=l2 ids=v2")
+    signature = f"hashing model=t/v1 dim=3 norm=l2 ids=v{EXTRACTOR_VERSION}"
+    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, signature)
     index.close()
 
 
