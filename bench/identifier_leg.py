@@ -32,9 +32,13 @@ DEPTH = 2500
 
 def token_or_leg(index: EmbeddedIndex, query: str) -> tuple[list[int], int]:
     """The old leg: any of the query's identifier tokens, BM25 (ranked ids, total matches)."""
-    matcher = index.text.match_query("identifiers_text", query)
-    if matcher is None:
+    tokens = index.text.identifier.analyze(query)
+    if not tokens:
         return [], 0
+    field = "identifiers_text"
+    matcher = Query.boolean_query(
+        [(Occur.Should, Query.term_query(index.text.schema, field, token, index_option="freq")) for token in tokens]
+    )
     searcher = index.text.index.searcher()
     found = searcher.search(Query.boolean_query([(Occur.Must, matcher)]), DEPTH, count=True)
     return searcher.fast_field_values("chunk_id", [address for _, address in found.hits]), found.count

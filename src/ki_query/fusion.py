@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ki_core.identifiers.whole_values import identifier_values
 from ki_core.search.types import Leg, LegHit, LegHits, RowSequence
 
 # Leading collapsed hits sent to the reranker in one call (spec: "the top 20").
@@ -165,9 +166,12 @@ def _head_order(scores: np.ndarray, head: int) -> np.ndarray:
 
 
 def matched_identifiers(identifiers: Iterable[str], query: str) -> tuple[str, ...]:
-    """The indexed identifiers whose casefolded text occurs in the casefolded query (reported, not scored)."""
+    """The indexed identifiers whose casefolded text, or an ancestor's, occurs in the casefolded query
+    (reported, not scored): "§ 573c BGB" names the chunk's "§ 573c Abs. 1 Satz 2 BGB", as the leg found it."""
     folded = query.casefold()
-    return tuple(i for i in identifiers if i.strip() and i.casefold() in folded)
+    return tuple(
+        i for i in identifiers if i.strip() and any(value.casefold() in folded for value in identifier_values((i,)))
+    )
 
 
 def prefix_covering(candidates: Sequence[Candidate], documents: int, start: int = 0) -> int:

@@ -145,3 +145,38 @@ def test_strings_written_before_the_rules_reach_the_issues_targets_overall_and_p
     assert _micro_f1(counts) >= 0.95
     for kind in ("statute", "case_number", "ecli", "register_number", "eu_reference"):
         assert _micro_f1(counts, kind) >= 0.90, kind
+
+
+# written for issue 44 before the rules below; the forms it found missing were then added
+ISSUE44_WRITTEN = Path(__file__).resolve().parents[1] / "fixtures" / "identifiers" / "issue44-written.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("text", "normalized", "core"),
+    [
+        ("AG Tiergarten – (318 OWi) 3034 Js-OWi 1021/20 (88/20)", "(318 OWi) 3034 Js-OWi 1021/20 (88/20)", "3034 Js-OWi 1021/20"),
+        ("AG Dortmund – 729 OWi-251 Js 287/22-27/22", "729 OWi-251 Js 287/22-27/22", "251 Js 287/22"),
+        ("AG Augsburg, 14 Ds 400 Js 123456/19", "14 Ds 400 Js 123456/19", "400 Js 123456/19"),
+    ],
+)
+def test_berlin_and_dortmund_dockets_and_six_digit_prosecutor_numbers_are_one_case_number(
+    text: str, normalized: str, core: str
+) -> None:
+    assert found(text) == [normalized]
+    assert dict(query_identifier_terms(normalized))[core] > 0
+
+
+def test_a_dash_after_a_case_number_without_a_prosecutor_file_starts_no_count() -> None:
+    assert found("BGH, VIII ZR 12/20-13/20") == ["VIII ZR 12/20"]
+
+
+def test_a_handelsregister_department_named_in_words_takes_a_bare_number() -> None:
+    assert found("Handelsregister B des Amtsgerichts Freiburg i. Br. Nr. 701234") == ["HRB 701234"]
+    assert found("Handelsregister des Amtsgerichts Freiburg Nr. 701234") == []
+
+
+def test_every_string_written_for_issue_44_is_found_as_labelled() -> None:
+    records = [json.loads(line) for line in ISSUE44_WRITTEN.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for record in records:
+        expected = Counter((e["kind"], e["normalized"]) for e in record["expected"])
+        assert found_kinds(record["text"]) == expected, record["text"]

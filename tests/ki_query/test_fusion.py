@@ -103,6 +103,13 @@ def test_matched_identifiers_are_the_indexed_ones_found_casefolded_in_the_query(
     assert matched_identifiers(ids, "VIII ZR 182") == ()
 
 
+def test_an_identifier_is_reported_when_the_query_names_it_or_one_of_its_ancestors() -> None:
+    ids = ("§ 573c Abs. 1 Satz 2 BGB", "§ 12 BGB", "§ 1 ZPO")
+    assert matched_identifiers(ids, "Kündigungsfrist § 573c BGB") == ("§ 573c Abs. 1 Satz 2 BGB",)
+    assert matched_identifiers(ids, "§ 573c Abs. 1 BGB") == ("§ 573c Abs. 1 Satz 2 BGB",)
+    assert matched_identifiers(ids, "§ 573 BGB und § 1 BGB") == ()
+
+
 def test_only_identifier_leg_candidates_report_matches_and_the_score_does_not_change() -> None:
     tagged = ("VIII ZR 182/06",)
     legs = {Leg.LEXICAL: [hit(1, identifiers=tagged)], Leg.IDENTIFIER: [hit(2, identifiers=tagged)]}

@@ -4,7 +4,9 @@ Triggered by the number/year at the end, then read backwards for register,
 chamber and prefix, which the court table says are valid. Criminal files often carry
 two registers, the court's and the one that holds the number ("3 KLs 101 Js 47753/18",
 "1 OLG 151 SsBs 72/20"), a senate in brackets before them and a count in brackets after
-them ("(1 B) 53 Ss-OWi 675/19 (398/19)"): all of it is one case number.
+them ("(1 B) 53 Ss-OWi 675/19 (398/19)"): all of it is one case number. Berlin writes the
+department before the prosecutor's file ("(318 OWi) 3034 Js-OWi 1021/20 (88/20)"), Dortmund
+joins the registers and the count with dashes ("729 OWi-251 Js 287/22-27/22").
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from .courts import CourtTable, alternation, court_before, court_table
 from .dates import date_before
 from .model import Identifier
 
-# number/year ("12/19"), BVerwG number.year ("43.93"), Bavarian year.number ("19.1234", kept as written)
-_AZ_TRIGGER = re.compile(r"\d(?:\d{0,4}[/.]\d{2}|\d\.\d{3,5})(?!\.?\d|/|,\d)")
+# number/year ("12/19"; a prosecutor's up to six digits, "400 Js 123456/19"), BVerwG number.year
+# ("43.93"), Bavarian year.number ("19.1234", kept as written)
+_AZ_TRIGGER = re.compile(r"\d(?:\d{0,5}[/.]\d{2}|\d\.\d{3,5})(?!\.?\d|/|,\d)")
 _AZ_LEAD = re.compile(
     r"(?:(?<=[\s(\[\"'„“,;:–-])|\A)"
     r"(?:(?P<prefix>[A-ZÄÖÜ][A-Za-z]{0,2})\s+(?=\d|[IVX]{1,4}-))?"
@@ -30,10 +33,14 @@ _AZ_LEAD = re.compile(
 )
 _AZ_DASH_LEAD = re.compile(r"(?:(?<=[\s(\"'])|\A)(?P<chamber>\d{1,3})\s-\s\Z")
 _LOWER_RUN = re.compile(r"[a-zäöüß]{4}")
-_SENATE_BEFORE = re.compile(r"(?:(?<=[\s\"'„“,;:–-])|\A)[(\[](?P<senate>\d{1,2}(?:\s?[A-Z])?)[)\]]\s+\Z")
+_SENATE_BEFORE = re.compile(
+    r"(?:(?<=[\s\"'„“,;:–-])|\A)[(\[](?:(?P<senate>\d{1,2}(?:\s?[A-Z])?)|(?P<department>\d{1,3}\s(?:OWi|Ds|Cs|Ls)))[)\]]\s+\Z"
+)
 _COUNT_AFTER = re.compile(r"\s?[(\[](?P<count>\d{1,5}/\d{2}(?:\s(?:OWi|Js))?)[)\]]")
+# Dortmund's count after a dash ("251 Js 287/22-27/22"), read only after a prosecutor's file
+_DASH_COUNT_AFTER = re.compile(r"-(?P<count>\d{1,5}/\d{2})(?![\d/.])")
 # only a prosecutor's department has four digits ("2010 Js 66317/16"); elsewhere that is a year
-_FOUR_DIGIT_CHAMBER_REGISTERS = frozenset({"Js"})
+_FOUR_DIGIT_CHAMBER_REGISTERS = frozenset({"Js", "Js-OWi"})
 
 
 @cache
@@ -52,7 +59,7 @@ def _az_suffix_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
 @cache
 def _outer_register_pattern() -> re.Pattern[str]:
     outer = alternation(court_table().az_outer_registers)
-    return re.compile(rf"(?:(?<=[\s(\[\"'„“,;:–-])|\A)(?P<chamber>\d{{1,3}}[a-z]?)\s+(?P<reg>{outer})\s+\Z")
+    return re.compile(rf"(?:(?<=[\s(\[\"'„“,;:–-])|\A)(?P<chamber>\d{{1,3}}[a-z]?)\s+(?P<reg>{outer})(?P<sep>\s+|-)\Z")
 
 
 def core_case_number(normalized: str) -> str | None:
@@ -62,8 +69,8 @@ def core_case_number(normalized: str) -> str | None:
     """
     outer = alternation(court_table().az_outer_registers)
     m = re.fullmatch(
-        rf"(?:\(\d{{1,2}}(?: [A-Z])?\) )?(?:\d{{1,3}}[a-z]? (?:{outer}) (?=\d))?(?P<core>.+?)"
-        rf"(?: \(\d{{1,5}}/\d{{2}}(?: OWi| Js)?\))?",
+        rf"(?:\((?:\d{{1,2}}(?: [A-Z])?|\d{{1,3}} [A-Za-z]+)\) )?(?:\d{{1,3}}[a-z]? (?:{outer})[ -](?=\d))?(?P<core>.+?)"
+        rf"(?: \(\d{{1,5}}/\d{{2}}(?: OWi| Js)?\)|-\d{{1,5}}/\d{{2}})?",
         normalized,
     )
     core = m.group("core") if m else normalized
@@ -91,6 +98,8 @@ def scan_case_numbers(text: str) -> Iterator[Identifier]:
             continue  # "1 - 20/13" is a file number only with its register in brackets
         if s := _COUNT_AFTER.match(text, end):
             suffix, end = f"{suffix} ({s.group('count')})", s.end()
+        elif "Js" in parts and (s := _DASH_COUNT_AFTER.match(text, end)):
+            suffix, end = f"{suffix}-{s.group('count')}", s.end()
         taken_until = end
         num, year = re.split(r"[/.]", m.group(), maxsplit=1)
         number = f"{num}/{year}" if len(year) == 2 else m.group()  # Bavarian year.number stays as written
@@ -129,9 +138,14 @@ def _widened_lead(
     lo = max(0, start - 24)
     if parts[-1] in courts.az_inner_registers and len(parts) == 2 and parts[0][0].isdigit():
         if m := _outer_register_pattern().search(text, lo, start):
-            start, parts = m.start(), [m.group("chamber"), m.group("reg"), *parts]
+            outer = [m.group("chamber"), m.group("reg")]
+            # "729 OWi-251 Js": the dash stays, it joins the two registers as the court writes them
+            joined = [outer[0], f"{outer[1]}-{parts[0]}", parts[1]] if m.group("sep") == "-" else [*outer, *parts]
+            start, parts = m.start(), joined
     if m := _SENATE_BEFORE.search(text, max(0, start - 12), start):
-        start, parts = m.start(), [f"({' '.join(re.findall(r'[0-9]+|[A-Z]', m.group('senate')))})", *parts]
+        senate = m.group("senate")
+        bracket = " ".join(re.findall(r"[0-9]+|[A-Z]", senate)) if senate else m.group("department")
+        start, parts = m.start(), [f"({bracket})", *parts]
     return start, parts, court
 
 

@@ -4,11 +4,15 @@ amendments.md 1: the leg matches identifiers, not their tokens. A chunk carries 
 document's identifiers as normalized whole values (the output of `extract`, a keyword
 field in both backends); the query is run through the same extractor and the leg asks
 for exactly those values. A law name alone ("Kündigung nach BGB") is no identifier, so
-it matches nothing and the leg does not run. A statute reference below its section
-("§ 573c Abs. 1 BGB") also asks, at half the weight, for the section ("§ 573c BGB"),
-which documents and statute sections cite or carry as a whole. A short query that is
+it matches nothing and the leg does not run. The index holds each value with its
+ancestors, so "§ 573c BGB" finds a chunk citing "§ 573c Abs. 1 Satz 2 BGB"; a query below
+a section ("§ 573c Abs. 1 BGB") does not ask for the section, which would admit every
+other paragraph of it ("§ 573c Abs. 3 BGB"): the leg admits only chunks that carry what
+was asked for (issue 44). A short query that is
 one pasted string the extractor does not know (an internal file number given in a
-manifest) is asked for as a whole value too.
+manifest) is asked for as a whole value too, and so is each word outside the identifiers
+found that looks like a file number ("MV-2024-003", "4711/23"): whole values only, so
+"MV-2024" never finds "MV-2024-003" and two words never match across two identifiers.
 
 Two spellings of one identifier are asked for together, so documents indexed before
 and after a change of normal form still match: an EU act under its sibling
@@ -23,6 +27,8 @@ signature means `ki reindex`, not silent misses.
 
 from __future__ import annotations
 
+import re
+
 from .case_numbers import core_case_number
 from .eu import designation_variants
 from .extraction import extract
@@ -31,12 +37,18 @@ from .model import Identifier
 # 2: implementing and delegated EU acts keep their own designation (DVO, DelVO, DelRL, DurchfB,
 # no longer 'VO (EU) ...'), two-register case numbers are one value ('3 KLs 101 Js 47753/18'),
 # long register forms and further suffixes are found (issue 19, item 3).
-EXTRACTOR_VERSION = 2
+# 3: Berlin's and Dortmund's two-register forms ("(318 OWi) 3034 Js-OWi 1021/20 (88/20)", "729 OWi-251
+# Js 287/22-27/22"), six-digit prosecutor numbers, "Handelsregister B ... Nr. 701234" (issue 44).
+EXTRACTOR_VERSION = 3
 EXACT_WEIGHT = 2.0
-SECTION_WEIGHT = 1.0
+# The part of a two-register case number that carries the number, as older indexes hold it.
+PART_WEIGHT = 1.0
 # A pasted value, not a sentence: at most this long and at most this many words.
 PASTED_MAX_CHARS = 80
 PASTED_MAX_WORDS = 6
+# A word that looks like a file number: a digit, and a letter or an inner separator beside it.
+_FILE_NUMBER = re.compile(r"(?=.*\d)(?:.*[^\W\d_]|.*\w[/.\-]\w)", re.UNICODE)
+_WORD_EDGES = "\"'„“”‚‘’»«()[]{}<>,;:!?."
 
 IdentifierTerms = tuple[tuple[str, float], ...]
 
@@ -44,18 +56,14 @@ IdentifierTerms = tuple[tuple[str, float], ...]
 def query_identifier_terms(query: str) -> IdentifierTerms:
     """(value, weight) pairs for the identifier leg, strongest first; () when the query holds none."""
     terms: dict[str, float] = {}
-    for found in extract(query):
+    identifiers = extract(query)
+    for found in identifiers:
         for value in (found.normalized, *same_identifier(found)):
             terms[value] = max(terms.get(value, 0.0), EXACT_WEIGHT)
-        for law in (found.law, *designation_variants(found.law or "")):
-            section = section_value(found.kind, found.section, law)
-            if section and section != found.normalized:
-                terms.setdefault(section, SECTION_WEIGHT)
         if found.kind == "case_number" and (core := core_case_number(found.normalized)):
-            terms.setdefault(core, SECTION_WEIGHT)
-    pasted = " ".join(query.split())
-    if _looks_pasted(pasted):
-        terms.setdefault(pasted, EXACT_WEIGHT)
+            terms.setdefault(core, PART_WEIGHT)
+    for value in pasted_values(query, identifiers):
+        terms.setdefault(value, EXACT_WEIGHT)
     return tuple(sorted(terms.items(), key=lambda item: (-item[1], item[0])))
 
 
@@ -66,11 +74,17 @@ def same_identifier(found: Identifier) -> tuple[str, ...]:
     return tuple(found.normalized.replace(found.law, variant) for variant in designation_variants(found.law))
 
 
-def section_value(kind: str, section: str | None, law: str | None) -> str | None:
-    """The section-level normalized form of a statute reference ("§ 573c BGB"), or None."""
-    if kind not in ("statute", "eu_reference") or not section or not law:
-        return None
-    return f"{section} {law}"
+def pasted_values(query: str, identifiers: list[Identifier]) -> tuple[str, ...]:
+    """What the extractor does not know but a user may have pasted: the whole short query, and
+    each word outside the identifiers found that looks like a file number, as whole values."""
+    pasted = " ".join(query.split())
+    values = [pasted] if _looks_pasted(pasted) else []
+    for word in re.finditer(r"\S+", query):
+        inside = any(i.start < word.end() and word.start() < i.end for i in identifiers)
+        value = word.group().strip(_WORD_EDGES)
+        if not inside and len(value) >= 3 and _FILE_NUMBER.match(value):
+            values.append(value)
+    return tuple(dict.fromkeys(values))
 
 
 def _looks_pasted(text: str) -> bool:

@@ -27,10 +27,10 @@ def _register_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[s
 
 # The register named in words and the number bare: "Handelsregister B des Amtsgerichts Nürnberg unter
 # Nummer 39667", "im Vereinsregister des Amtsgerichts München Registernummer: 14188", "unter
-# "Register-Nr. 79"". Only the Handelsregister has departments (A or B), which must then be named.
+# "Register-Nr. 79"", "Handelsregister B des Amtsgerichts Freiburg i. Br. Nr. 701234". Only the Handelsregister has departments (A or B), which must then be named.
 _REGISTER_WORDS = {"Handels": None, "Vereins": "VR", "Partnerschafts": "PR", "Genossenschafts": "GnR"}
 _REGISTER_WORD = r"(?P<register>Handels|Vereins|Partnerschafts|Genossenschafts)register"
-_NUMBER_CUE = r"(?:\bunter\s+(?:der\s+)?(?:Nummer|Nr\.?)|\bRegister(?:nummer|-Nr\.?))\s*:?\s*"
+_NUMBER_CUE = r"(?:(?:\bunter\s+(?:der\s+)?)?\b(?:Nummer|Nr\.?)|\bRegister(?:nummer|-Nr\.?))\s*:?\s*"
 _LONG_FORM = re.compile(
     _REGISTER_WORD + r"s?\b(?P<between>[^\d\n]{0,80}?)" + _NUMBER_CUE + r"(?P<num>\d{1,7})(?![\w./])"
 )

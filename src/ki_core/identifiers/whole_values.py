@@ -4,7 +4,8 @@ A document's identifiers are normalized whole values ("§ 573c Abs. 1 Satz 2 BGB
 `norm:§ 573c BGB` must also find a document that cites only a part of that section, so a
 statute or EU article reference is indexed with each of its ancestors ("§ 573c Abs. 1 BGB",
 "§ 573c BGB"). Both backends index these values as one keyword field (`identifier_values`),
-built here in one place; the identifier leg may rank on it too (issue 44).
+built here in one place; the identifier leg ranks on it (issue 44), each value once per
+identifier it stands for (`value_occurrences`), so a filter sees the set and BM25 the count.
 
 Courts come from the identifiers that name one (a case number's or ECLI's court), casefolded
 so `gericht:bgh` finds "BGH".
@@ -26,6 +27,13 @@ def identifier_values(identifiers: Iterable[str]) -> tuple[str, ...]:
         values[value] = None
         values.update(dict.fromkeys(_ancestors(value)))
     return tuple(values)
+
+
+def value_occurrences(identifiers: Iterable[str]) -> tuple[str, ...]:
+    """Each identifier's value and ancestors, repeated across identifiers: the identifier leg's term
+    frequency is then how many of a chunk's identifiers lie at or below a value, so § 1004 Abs. 1
+    (its own address and its section's) outweighs a § citing § 1004 once."""
+    return tuple(value for identifier in dict.fromkeys(identifiers) for value in (identifier, *_ancestors(identifier)))
 
 
 def courts_of(identifiers: Iterable[str]) -> tuple[str, ...]:

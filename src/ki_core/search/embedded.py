@@ -35,7 +35,7 @@ from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
 from ki_core.search.chunk_table import Admitted, ChunkTable
 from ki_core.search.contract import BulkOperation, DeleteOp, IndexOp, update_access_ops
 from ki_core.search.signature import IndexSignature, check_recorded
-from ki_core.search.text_index import RankedChunks, TextIndex
+from ki_core.search.text_index import IDENTIFIER_LEG_FIELD, RankedChunks, TextIndex
 from ki_core.search.types import (
     AccessProjection,
     BulkFailure,
@@ -535,7 +535,7 @@ class EmbeddedIndex:
                 return LegHits.empty()
             if leg is Leg.SEMANTIC:
                 return self._semantic_leg(request, admitted)
-            return self._text_leg("text" if leg is Leg.LEXICAL else "identifiers_text", request, admitted)
+            return self._text_leg("text" if leg is Leg.LEXICAL else IDENTIFIER_LEG_FIELD, request, admitted)
         except SearchBackendError:
             raise
         except Exception as exc:

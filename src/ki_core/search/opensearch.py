@@ -159,6 +159,9 @@ def mapping_properties(retrieval: RetrievalSettings, dimensions: int) -> dict[st
         "meta": {"type": "object", "enabled": False},
     }
     properties.update({name: dict(_KEYWORD) for name in _KEYWORD_FIELDS})
+    # The identifier leg's BM25, as tantivy's: a value repeated once per identifier it stands for
+    # (freqs), weighed by how few values the chunk carries (norms).
+    properties["identifier_values"] = {**_KEYWORD, "norms": True, "index_options": "freqs"}
     return dict(sorted(properties.items()))
 
 
@@ -337,11 +340,10 @@ def constrained_lexical_body(request: MultiSearchRequest) -> dict[str, Any]:
 
 
 def identifier_clauses(terms: tuple[tuple[str, float], ...]) -> list[dict[str, Any]]:
-    """A value matches where all its tokens are among the chunk's identifier tokens (the
-    ki_identifier analyzer, the same as the embedded backend's), scored by BM25 times its weight."""
-    return [
-        {"match": {"identifiers_text": {"query": value, "operator": "and", "boost": weight}}} for value, weight in terms
-    ]
+    """A value matches a chunk that carries it or a reference below it (identifier_values holds
+    each value's ancestors), never one whose identifiers merely share its tokens (amendments.md
+    1); BM25 times its weight, on a keyword field with norms and freqs (as tantivy's raw field)."""
+    return [{"term": {"identifier_values": {"value": value, "boost": weight}}} for value, weight in terms]
 
 
 def search_preference(index: str, query: str, principals: Iterable[str], clauses: list[dict[str, Any]]) -> str:

@@ -1,4 +1,4 @@
-"""The tantivy half of the embedded backend: BM25 on text (German) and identifiers_text.
+"""The tantivy half of the embedded backend: BM25 on text (German), whole identifier values.
 
 Only what ranking and filtering need is indexed; nothing is stored (the SQL chunk rows
 hold the text, the chunk table the metadata). Filter fields are raw keyword terms, so
@@ -32,6 +32,8 @@ from ki_core.search.types import (
 
 GERMAN = "ki_german"
 IDENTIFIER = "ki_identifier"
+# The identifier leg's field (amendments.md 1): whole normalized values with their ancestors.
+IDENTIFIER_LEG_FIELD = "identifier_values"
 # Raw (untokenized) keyword fields: every filter field of the spec, and the identifier-derived ones.
 KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, *DERIVED_KEYWORD_FIELDS)
 # Indexing buffer shared by the writer threads (tantivy needs >= 15 MB per thread).
@@ -90,7 +92,9 @@ def text_schema() -> tantivy.Schema:
     builder.add_text_field("text", tokenizer_name=GERMAN, index_option="position")
     builder.add_text_field("identifiers_text", tokenizer_name=IDENTIFIER, index_option="freq")
     for name in KEYWORD_FIELDS:
-        builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
+        # The identifier leg's BM25 counts how many of a chunk's identifiers lie at or below a value.
+        option = "freq" if name == IDENTIFIER_LEG_FIELD else "basic"
+        builder.add_text_field(name, tokenizer_name="raw", index_option=option)
     builder.add_integer_field("doc_date", indexed=True, fast=True)
     return builder.build()
 
@@ -225,12 +229,12 @@ class TextIndex:
         identifier_terms: tuple[tuple[str, float], ...] = (), constraint: Constraint | None = None,
     ) -> RankedChunks:
         """BM25 top `limit` inside the filter (the filter adds no score): the query's words on
-        `text`, or the identifier leg's weighted whole values on `identifiers_text`, whose
+        `text`, or the identifier leg's weighted whole values on `identifier_values`, whose
         ties (many chunks citing one norm) break on chunk id, as on OpenSearch. With a
         `constraint` every hit satisfies it; the lexical leg then scores the constraint itself."""
         matcher = self._matcher(leg_field, query_text, identifier_terms, constraint)
         ranked = self._top(matcher, strict_filter, limit, self._required(leg_field, constraint))
-        return ranked.ties_by_chunk_id() if leg_field == "identifiers_text" or constraint is not None else ranked
+        return ranked.ties_by_chunk_id() if leg_field == IDENTIFIER_LEG_FIELD or constraint is not None else ranked
 
     def match_count(
         self, leg_field: str, query_text: str, strict_filter: TextFilter,
@@ -258,7 +262,7 @@ class TextIndex:
         self, leg_field: str, query_text: str, identifier_terms: tuple[tuple[str, float], ...],
         constraint: Constraint | None = None,
     ) -> Query | None:
-        if leg_field == "identifiers_text":
+        if leg_field == IDENTIFIER_LEG_FIELD:
             return self.identifier_query(identifier_terms)
         if constraint is not None:
             query = self.constraint_query(constraint)
@@ -291,25 +295,22 @@ class TextIndex:
         )
 
     def identifier_query(self, terms: tuple[tuple[str, float], ...]) -> Query | None:
-        """OR over the values; a value matches a chunk holding every one of its tokens (so
-        "§ 573c BGB" matches "§ 573c BGB" and "§ 573c Abs. 1 BGB", never "nach BGB" alone),
-        scored by BM25 and weighted."""
-        branches = []
-        for value, weight in terms:
-            tokens = self.identifier.analyze(value)
-            if not tokens:
-                continue
-            every = Query.boolean_query([
-                (Occur.Must, Query.term_query(self.schema, "identifiers_text", token, index_option="freq"))
-                for token in dict.fromkeys(tokens)
-            ])  # fmt: skip
-            branches.append((Occur.Should, Query.boost_query(every, weight)))
+        """OR over the whole values (amendments.md 1): a value matches a chunk that carries it or
+        a reference below it ("§ 573c BGB" finds "§ 573c Abs. 1 Satz 2 BGB", whose ancestors
+        identifier_values holds), never one whose identifiers merely share its tokens ("§ 1 BGB"
+        against "§ 12 BGB" and "§ 1 ZPO"). BM25 times the weight, as on OpenSearch (a keyword
+        field with norms and freqs): a rare value (a case number) outweighs a common one, a chunk
+        with more identifiers at or below the value ranks higher, one carrying fewer values in all
+        too (the § itself before a § citing it)."""
+        branches = [
+            (Occur.Should, Query.boost_query(Query.term_query(self.schema, IDENTIFIER_LEG_FIELD, value, index_option="freq"), weight))
+            for value, weight in terms
+        ]  # fmt: skip
         return Query.boolean_query(branches) if branches else None
 
     def match_query(self, leg_field: str, query_text: str) -> Query | None:
         """OR of the analyzed query tokens, like OpenSearch's `match` (no query syntax, no regex parsing)."""
-        analyzer = self.german if leg_field == "text" else self.identifier
-        tokens = analyzer.analyze(query_text)
+        tokens = self.german.analyze(query_text)
         if not tokens:
             return None
         return Query.boolean_query(

@@ -16,7 +16,7 @@ import numpy as np
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ki_core.identifiers.whole_values import courts_of, identifier_values
+from ki_core.identifiers.whole_values import courts_of, value_occurrences
 from ki_core.search.constraint import Constraint
 
 T = TypeVar("T")
@@ -164,8 +164,9 @@ class IndexChunk(_Frozen):
 
     @property
     def identifier_values(self) -> tuple[str, ...]:
-        """Whole normalized identifiers with their ancestors: what `az:`/`norm:` filter on."""
-        return identifier_values(self.identifiers)
+        """Whole normalized identifiers with their ancestors, once per identifier they stand for:
+        what `az:`/`norm:` filter on and the identifier leg ranks by (BM25, the count as term frequency)."""
+        return value_occurrences(self.identifiers)
 
     @property
     def courts(self) -> tuple[str, ...]:

@@ -95,7 +95,7 @@ EXPECTED_PROPERTIES = {
         },
     },
     "courts": {"type": "keyword"},
-    "identifier_values": {"type": "keyword"},
+    "identifier_values": {"type": "keyword", "norms": True, "index_options": "freqs"},
     "identifiers": {"type": "keyword"},
     "identifiers_text": {"type": "text", "analyzer": "ki_identifier"},
     "language": {"type": "keyword"},
@@ -450,7 +450,7 @@ def test_one_msearch_carries_the_three_legs_under_the_same_strict_filter(script:
             "vector": [0.6, 0.0, 0.8], "k": 50, "filter": {"bool": {"filter": ALL_FILTER_CLAUSES}}}}}},
         {"index": ALIAS, "allow_partial_search_results": False},
         {"size": 50, "_source": SOURCE, "query": {"bool": {
-            "should": [{"match": {"identifiers_text": {"query": "VIII ZR 123/20", "operator": "and", "boost": 2.0}}}],
+            "should": [{"term": {"identifier_values": {"value": "VIII ZR 123/20", "boost": 2.0}}}],
             "minimum_should_match": 1, "filter": ALL_FILTER_CLAUSES}},
          "sort": [{"_score": {"order": "desc"}}, {"chunk_id": {"order": "asc"}}]},
     ]  # fmt: skip
@@ -582,6 +582,7 @@ def test_the_index_converts_with_its_configured_space(script: Script) -> None:
 
 def test_open_index_builds_the_opensearch_backend_from_settings_without_a_request() -> None:
     from ki_core.config import Settings
+    from ki_core.identifiers import EXTRACTOR_VERSION
     from ki_core.search.index import SearchIndex, open_index
 
     settings = Settings(
@@ -590,7 +591,8 @@ def test_open_index_builds_the_opensearch_backend_from_settings_without_a_reques
     )
     index = open_index(settings)
     assert isinstance(index, OpenSearchIndex) and isinstance(index, SearchIndex)
-    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, "hashing model=t/v1 dim=3 norm=l2 ids=v2")
+    signature = f"hashing model=t/v1 dim=3 norm=l2 ids=v{EXTRACTOR_VERSION}"
+    assert (index.alias, index.dimensions, index.signature) == ("knowledge-index-chunks-v1", 3, signature)
     index.close()
 
 
