@@ -270,9 +270,12 @@ class ChunkTable:
                 mask &= self.doc_day <= (filters.date_to - _EPOCH).days
         return mask
 
-    def document_count(self, mask: np.ndarray) -> int:
-        """Distinct documents among the masked slots (a boolean query's exact total)."""
-        return len(np.unique(self.codes["document_id"][mask[: self.size]]))
+    def versions(self, mask: np.ndarray) -> dict[str, str]:
+        """version id -> document id of the versions among the masked slots (a boolean query's sets)."""
+        codes, first = np.unique(self.codes["document_version_id"][mask[: self.size]], return_index=True)
+        documents = self.codes["document_id"][np.flatnonzero(mask[: self.size])[first]]
+        versions, ids = self.vocab["document_version_id"].values, self.vocab["document_id"].values
+        return {versions[v]: ids[d] for v, d in zip(codes.tolist(), documents.tolist(), strict=True)}  # type: ignore[misc]
 
     def value(self, name: str, slot: int) -> Hashable:
         return self.vocab[name].values[self.codes[name][slot]]

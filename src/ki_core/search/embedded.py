@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,9 @@ import numpy as np
 
 from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
 from ki_core.search.chunk_table import Admitted, ChunkTable
+from ki_core.search.constraint import Constraint
 from ki_core.search.contract import BulkOperation, DeleteOp, IndexOp, update_access_ops
+from ki_core.search.document_sets import document_search
 from ki_core.search.signature import IndexSignature, check_recorded
 from ki_core.search.text_index import RankedChunks, TextIndex
 from ki_core.search.types import (
@@ -507,23 +509,34 @@ class EmbeddedIndex:
     # ----------------------------------------------------------------- reads
 
     def multi_search(self, request: MultiSearchRequest) -> MultiSearchResult:
+        """A boolean request holds per document version (ki_core.search.document_sets)."""
         with self._mutex:
             self._ready()
             self._check_signature()
-            admitted = self.table.admitted(request.scope, request.filters)
-            documents = None
-            if request.constraint is not None:
-                admitted = self._constrained(request, admitted)
-                documents = self.table.document_count(admitted.mask)
-            legs = {leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()}
-        return MultiSearchResult(legs=legs, document_count=documents)
+            return document_search(self.version_sets, self._legs, request)
 
-    def _constrained(self, request: MultiSearchRequest, admitted: Admitted) -> Admitted:
-        """The admitted slots that satisfy the query's constraint: the semantic leg ranks only
-        inside the set, and every text leg's hit passes the same mask (amendments.md 6)."""
-        assert request.constraint is not None
-        loose = self.text.strict_filter(None, request.filters)
-        slots = self.table.slots_of(self.text.matching_chunk_ids(request.constraint, loose))
+    def _legs(self, request: MultiSearchRequest) -> MultiSearchResult:
+        admitted = self.table.admitted(request.scope, request.filters)
+        if request.constraint is not None:
+            admitted = self._constrained(request.constraint, request.filters, admitted)
+        return MultiSearchResult(legs={leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()})
+
+    def version_sets(
+        self, scope: ScopeFilter, filters: SearchFilters, conditions: Sequence[Constraint]
+    ) -> list[dict[str, str]]:
+        """Per condition, the versions in scope with a chunk that satisfies it (version id -> document id)."""
+        with self._mutex:
+            self._ready()
+            admitted = self.table.admitted(scope, filters)
+            return [self.table.versions(self._constrained(c, filters, admitted).mask) for c in conditions]
+
+    def _constrained(self, constraint: Constraint, filters: SearchFilters, admitted: Admitted) -> Admitted:
+        """The admitted slots that satisfy the constraint: the semantic leg ranks only inside the
+        set, and every text leg's hit passes the same mask (amendments.md 6)."""
+        if not admitted.count:
+            return admitted
+        loose = self.text.strict_filter(None, filters)
+        slots = self.table.slots_of(self.text.matching_chunk_ids(constraint, loose))
         mask = np.zeros_like(admitted.mask)
         mask[slots[slots >= 0]] = True
         mask &= admitted.mask

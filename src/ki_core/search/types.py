@@ -324,8 +324,14 @@ class LegHits(RowSequence[LegHit]):
 @dataclass(frozen=True, slots=True)
 class MultiSearchResult:
     legs: dict[Leg, LegHits]
-    # Documents in the constraint's set, counted by the index when the lexical leg was cut at its size.
-    document_count: int | None = None
+    # A boolean query's whole set, however deep (ki_core.search.document_sets): version id -> document id
+    # of every version in scope the query holds for. None for a ranked query.
+    versions: dict[str, str] | None = None
+
+    @property
+    def document_count(self) -> int | None:
+        """Documents in a boolean query's set (exact), None for a ranked query."""
+        return None if self.versions is None else len(set(self.versions.values()))
 
     def hits(self, leg: Leg) -> LegHits:
         return self.legs.get(leg) or LegHits.empty()

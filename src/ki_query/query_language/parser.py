@@ -199,12 +199,41 @@ def _cut_value(field: str, raw: str) -> tuple[str, str]:
         found = [i for i in extract(stripped) if i.start == 0]
         if found:
             return stripped[: found[0].end], stripped[found[0].end :]
+        if field == "statute":
+            return _lawless_cut(stripped)
         return stripped, ""
     head, _, rest = stripped.partition(" ")
     if field == "court" and rest and head in _regional_court_codes():  # "OLG München": the court and its seat
         seat, _, rest = rest.partition(" ")
         return f"{head} {seat}", rest
     return head, rest
+
+
+def _lawless_cut(value: str) -> tuple[str, str]:
+    """`norm:§ 573c Mietsache`: the longest run of leading words that is a reference without a law
+    (the compiler widens it to every law); the whole value when none is."""
+    words = value.split(" ")
+    for end in range(len(words), 0, -1):
+        if lawless_reference(" ".join(words[:end])) is not None:
+            return " ".join(words[:end]), " ".join(words[end:])
+    return value, ""
+
+
+# A law every statute reference can be read with: `norm:§ 573c` is parsed as "§ 573c BGB" and the law
+# cut off again, so a reference without a law is normalized by the same rules as one with a law.
+_STAND_IN_LAW = "BGB"
+
+
+def lawless_reference(value: str) -> str | None:
+    """"§ 573c" / "§573c Abs. 1" -> the normalized chain without a law ("§ 573c Abs. 1"), or None
+    when the value names a law or is no § / Art. reference."""
+    whole = " ".join(value.split())
+    if not whole.startswith(("§", "Art")) or any(i.start == 0 and i.end == len(whole) for i in extract(whole)):
+        return None
+    read = [i for i in extract(f"{whole} {_STAND_IN_LAW}") if i.start == 0 and i.kind == "statute"]
+    if len({i.normalized for i in read}) != 1 or read[0].end != len(whole) + 1 + len(_STAND_IN_LAW):
+        return None  # "§§ 573, 574": several sections, no one prefix
+    return read[0].normalized.removesuffix(f" {_STAND_IN_LAW}")
 
 
 @cache
