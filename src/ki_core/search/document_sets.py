@@ -99,13 +99,24 @@ class DocumentPlan:
         found, complemented = _evaluate(self.tree, sets)
         return sets[EVERYTHING] - found if complemented else found
 
-    def legs_constraint(self, eligible_versions: Sequence[str]) -> Constraint:
-        """What every leg filters on: a chunk of an eligible version holding a positive condition."""
-        versions = KeywordMatch(field="document_version_id", values=tuple(sorted(eligible_versions)))
+    def legs_constraint(self, eligible: _VersionMap, sets: Mapping[Constraint, _VersionMap]) -> Constraint:
+        """What every leg filters on: a chunk of an eligible version holding a positive condition.
+
+        The versions go to the index as a term list, the shorter of two equal ways: the eligible
+        versions, or those holding a positive condition that are not eligible (`Kündigung -fristlos`
+        on a large set lists the few versions with both words, not the thousands with the first)."""
         if not self.positive or not _holds_a_positive(self.tree):
-            return versions  # `Pacht OR -Kündigung`: a version may qualify through its exclusion alone
+            # `Pacht OR -Kündigung`: a version may qualify through its exclusion alone.
+            return _versions(eligible)
         held = self.positive[0] if len(self.positive) == 1 else AnyOf(any=self.positive)
-        return AllOf(must=(held, versions))
+        removed = _fold([sets[c] for c in self.positive], lambda a, b: a | b) - eligible
+        if len(removed.versions) < len(eligible.versions):
+            return AllOf(must=(held,), must_not=(_versions(removed),)) if removed.versions else held
+        return AllOf(must=(held, _versions(eligible)))
+
+
+def _versions(found: _VersionMap) -> KeywordMatch:
+    return KeywordMatch(field="document_version_id", values=tuple(sorted(found.versions)))
 
 
 def _collect(node: Constraint, conditions: dict, positive: dict, *, negated: bool) -> None:
@@ -198,10 +209,10 @@ def document_search(version_sets: VersionSets, legs: LegSearch, request: MultiSe
     plan = DocumentPlan.of(request.constraint)
     listed = version_sets(request.scope, request.filters, plan.conditions)
     sets = {condition: _VersionMap(found) for condition, found in zip(plan.conditions, listed, strict=True)}
-    eligible = plan.evaluate(sets).versions
+    eligible = plan.evaluate(sets)
     if not plan.is_chunk_local:
-        request = request.model_copy(update={"constraint": plan.legs_constraint(list(eligible))})
-    return replace(legs(request), versions=eligible)
+        request = request.model_copy(update={"constraint": plan.legs_constraint(eligible, sets)})
+    return replace(legs(request), versions=eligible.versions)
 
 
 class _VersionMap:

@@ -14,6 +14,7 @@ per-chunk constraint would show too.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
 from datetime import date
 
 import pytest
@@ -78,7 +79,25 @@ def constraint_chunks() -> list[IndexChunk]:
     return chunks
 
 
-CHUNKS = constraint_chunks()
+def split_documents() -> list[IndexChunk]:
+    """Documents whose words lie in different chunks: the per-chunk reading answers these wrongly."""
+    texts = {
+        "doc-excluded-elsewhere": ("Die Kündigung wurde dem Zaunkönig zugestellt.", "Sie war fristlos."),
+        "doc-excluded-nowhere": ("Die Kündigung wurde dem Zaunkönig zugestellt.", "Sie kam überraschend."),
+        "doc-and-split": ("Am Ufer brütet der Kormoran.", "Weiter draußen taucht ein Haubentaucher."),
+    }
+    base = FIXTURE_CHUNKS[0]
+    return [
+        base.model_copy(update={
+            "chunk_id": 20_000 + 10 * n + ordinal, "document_id": document, "document_version_id": f"{document}-v1",
+            "text": text, "embedding": unit_vector(text + document), "identifiers": (), "doc_date": None,
+        })  # fmt: skip
+        for n, (document, parts) in enumerate(texts.items())
+        for ordinal, text in enumerate(parts)
+    ]
+
+
+CHUNKS = constraint_chunks() + split_documents()
 SCOPE = EVERYTHING.model_copy(update={"project_ids": frozenset(c.project_id for c in CHUNKS)})
 
 QUERIES = [
@@ -114,16 +133,21 @@ QUERIES = [
 ]
 
 
+@cache
+def tokens_of(text: str) -> tuple[tuple[int, str], ...]:
+    return analyzed_positions(text)
+
+
 def chunk_oracle(node: Constraint, chunk: IndexChunk) -> bool:
     """A leaf's meaning, written out plainly over one chunk (AND/OR/NOT too: the per-chunk reading)."""
     if isinstance(node, TextMatch):
-        at = dict(analyzed_positions(chunk.text))
+        at = dict(tokens_of(chunk.text))
         first = node.tokens[0][0]
         return any(
             all(at.get(start + position - first) == token for position, token in node.tokens) for start in at
         )
     if isinstance(node, TextPrefix):
-        return any(token.startswith(node.prefix) for _, token in analyzed_positions(chunk.text))
+        return any(token.startswith(node.prefix) for _, token in tokens_of(chunk.text))
     if isinstance(node, KeywordMatch | KeywordPrefix):
         values = {
             "doc_type_ancestors": chunk.doc_type_ancestors, "project_id": (chunk.project_id,),
@@ -227,3 +251,21 @@ def test_several_queries_mean_other_documents_than_a_per_chunk_reading() -> None
         if per_chunk != set(expected_versions(constraint)):  # type: ignore[arg-type]
             differing.append(query)
     assert len(differing) >= 5, differing
+
+
+@pytest.mark.parametrize(
+    ("query", "shown", "hidden"),
+    [
+        ("Kündigung Zaunkönig -fristlos", {"doc-excluded-nowhere"}, {"doc-excluded-elsewhere"}),
+        ("Kormoran AND Haubentaucher", {"doc-and-split"}, set()),
+        ('"Ufer brütet" Haubentaucher', {"doc-and-split"}, set()),
+    ],
+)
+def test_a_document_is_judged_whole(constrained_index: SearchIndex, query: str, shown: set, hidden: set) -> None:
+    """An excluded word in another chunk hides the document; ANDed words may stand in two chunks."""
+    result = constrained_index.multi_search(_request(query, SIZE))
+    found = set((result.versions or {}).values())
+    assert found == shown and not found & hidden
+    assert {hit.document_id for leg in result.legs.values() for hit in leg} == shown
+    per_chunk = {c.document_id for c in CHUNKS if chunk_oracle(_request(query, SIZE).constraint, c)}  # type: ignore[arg-type]
+    assert per_chunk != shown  # the per-chunk reading would have answered otherwise
