@@ -14,6 +14,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -268,6 +269,14 @@ class ChunkTable:
                 mask &= self.doc_day >= (filters.date_from - _EPOCH).days
             if filters.date_to is not None:
                 mask &= self.doc_day <= (filters.date_to - _EPOCH).days
+        return mask
+
+    def keyword_mask(self, conditions: Iterable[tuple[Any, bool]]) -> np.ndarray:
+        """Slots holding one of each condition's values on its column ((condition, negated) pairs)."""
+        mask = np.ones(self.size, dtype=bool)
+        for condition, negated in conditions:
+            member = self._member(condition.field, condition.values)
+            mask &= ~member if negated else member
         return mask
 
     def versions(self, mask: np.ndarray) -> dict[str, str]:

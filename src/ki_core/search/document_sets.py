@@ -207,11 +207,13 @@ def document_search(version_sets: VersionSets, legs: LegSearch, request: MultiSe
     if request.constraint is None:
         return legs(request)
     plan = DocumentPlan.of(request.constraint)
+    if plan.is_chunk_local:  # the legs' own filter is the set: its versions come with them, one round trip
+        result = legs(request.model_copy(update={"collect_versions": True}))
+        return result if result.versions is not None else replace(result, versions={})
     listed = version_sets(request.scope, request.filters, plan.conditions)
     sets = {condition: _VersionMap(found) for condition, found in zip(plan.conditions, listed, strict=True)}
     eligible = plan.evaluate(sets)
-    if not plan.is_chunk_local:
-        request = request.model_copy(update={"constraint": plan.legs_constraint(eligible, sets)})
+    request = request.model_copy(update={"constraint": plan.legs_constraint(eligible, sets)})
     return replace(legs(request), versions=eligible.versions)
 
 

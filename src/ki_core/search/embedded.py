@@ -33,7 +33,7 @@ import numpy as np
 
 from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
 from ki_core.search.chunk_table import Admitted, ChunkTable
-from ki_core.search.constraint import Constraint
+from ki_core.search.constraint import AllOf, Constraint, KeywordMatch
 from ki_core.search.contract import BulkOperation, DeleteOp, IndexOp, update_access_ops
 from ki_core.search.document_sets import document_search
 from ki_core.search.signature import IndexSignature, check_recorded
@@ -196,6 +196,23 @@ def _plan_access(plan: CommitPlan, projection: AccessProjection, exists: Callabl
             plan.final[chunk_id] = with_access(pending, projection)  # type: ignore[arg-type]
 
 
+def columns_and_rest(constraint: Constraint) -> tuple[list[tuple[KeywordMatch, bool]], Constraint | None]:
+    """A top-level AND split into version-list conditions the chunk table answers from its columns
+    ((condition, negated) pairs) and the rest, for tantivy (None: nothing left)."""
+    if isinstance(constraint, KeywordMatch) and constraint.field == "document_version_id":
+        return [(constraint, False)], None
+    if not isinstance(constraint, AllOf):
+        return [], constraint
+    table = lambda node: isinstance(node, KeywordMatch) and node.field == "document_version_id"  # noqa: E731
+    columns = [(n, False) for n in constraint.must if table(n)] + [(n, True) for n in constraint.must_not if table(n)]
+    must = tuple(n for n in constraint.must if not table(n))
+    must_not = tuple(n for n in constraint.must_not if not table(n))
+    if not must and not must_not:
+        return columns, None
+    rest = must[0] if len(must) == 1 and not must_not else AllOf(must=must, must_not=must_not)
+    return columns, rest
+
+
 def batched(operations: list[BulkOperation], chunks_per_commit: int) -> Iterator[list[BulkOperation]]:
     batch: list[BulkOperation] = []
     size = 0
@@ -234,6 +251,7 @@ class EmbeddedIndex:
         self._loaded: StoreState | None = None
         self._saved_generation = -1
         self._rows_since_save = 0
+        self._last_constrained: tuple[tuple, Admitted] | None = None
 
     def __enter__(self) -> EmbeddedIndex:
         return self
@@ -518,8 +536,10 @@ class EmbeddedIndex:
     def _legs(self, request: MultiSearchRequest) -> MultiSearchResult:
         admitted = self.table.admitted(request.scope, request.filters)
         if request.constraint is not None:
-            admitted = self._constrained(request.constraint, request.filters, admitted)
-        return MultiSearchResult(legs={leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()})
+            admitted = self._constrained(request.constraint, request.scope, request.filters)
+        legs = {leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()}
+        versions = self.table.versions(admitted.mask) if request.collect_versions and request.constraint else None
+        return MultiSearchResult(legs=legs, versions=versions)
 
     def version_sets(
         self, scope: ScopeFilter, filters: SearchFilters, conditions: Sequence[Constraint]
@@ -527,20 +547,31 @@ class EmbeddedIndex:
         """Per condition, the versions in scope with a chunk that satisfies it (version id -> document id)."""
         with self._mutex:
             self._ready()
-            admitted = self.table.admitted(scope, filters)
-            return [self.table.versions(self._constrained(c, filters, admitted).mask) for c in conditions]
+            return [self.table.versions(self._constrained(c, scope, filters).mask) for c in conditions]
 
-    def _constrained(self, constraint: Constraint, filters: SearchFilters, admitted: Admitted) -> Admitted:
+    def _constrained(self, constraint: Constraint, scope: ScopeFilter, filters: SearchFilters) -> Admitted:
         """The admitted slots that satisfy the constraint: the semantic leg ranks only inside the
-        set, and every text leg's hit passes the same mask (amendments.md 6)."""
+        set, and every text leg's hit passes the same mask (amendments.md 6). A version list (a
+        boolean query's eligible versions) is a column lookup, not a tantivy term set; the mask of
+        the last constraint is kept, since a query whose conditions hold per chunk asks for its
+        versions and then for its legs with the same constraint."""
+        admitted = self.table.admitted(scope, filters)
         if not admitted.count:
             return admitted
-        loose = self.text.strict_filter(None, filters)
-        slots = self.table.slots_of(self.text.matching_chunk_ids(constraint, loose))
-        mask = np.zeros_like(admitted.mask)
-        mask[slots[slots >= 0]] = True
-        mask &= admitted.mask
-        return Admitted(mask, int(np.count_nonzero(mask)))
+        key = (constraint, scope, filters, self.table.version)
+        if self._last_constrained is not None and self._last_constrained[0] == key:
+            return self._last_constrained[1]
+        columns, rest = columns_and_rest(constraint)
+        mask = admitted.mask & self.table.keyword_mask(columns)
+        if rest is not None:
+            loose = self.text.strict_filter(None, filters)
+            slots = self.table.slots_of(self.text.matching_chunk_ids(rest, loose))
+            matched = np.zeros_like(mask)
+            matched[slots[slots >= 0]] = True
+            mask &= matched
+        constrained = Admitted(mask, int(np.count_nonzero(mask)))
+        self._last_constrained = (key, constrained)
+        return constrained
 
     def _leg(self, leg: Leg, request: MultiSearchRequest, admitted: Admitted) -> LegHits:
         try:

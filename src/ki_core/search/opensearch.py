@@ -332,6 +332,11 @@ def version_page(answer: dict[str, Any], index: str) -> dict[str, Any]:
     return answer["aggregations"]["versions"]
 
 
+def _version_header(index: str) -> dict[str, Any]:
+    """A version set reaches every shard or fails (a short set would be a wrong count)."""
+    return {"index": index, "allow_partial_search_results": False}
+
+
 # ----------------------------------------------------------------------- legs
 
 
@@ -844,45 +849,63 @@ class OpenSearchIndex:
         return document_search(self.version_sets, self._legs, request)
 
     def _legs(self, request: MultiSearchRequest) -> MultiSearchResult:
+        """The legs in one _msearch; with `collect_versions` the constraint's first page of versions too."""
         legs = request.legs_to_send()
-        if not legs:
+        collect = request.collect_versions and request.constraint is not None and not request.scope.match_none
+        if not legs and not collect:
             return MultiSearchResult(legs={})
         self._check_signature(writing=False)
-        response = self._call(self.client.msearch, body=msearch_lines(self.alias, request),
-                              request_timeout=self.opensearch.query_timeout_seconds)
+        lines = msearch_lines(self.alias, request)
+        if collect:
+            lines += [_version_header(self.alias), version_set_body(request.scope, request.filters, request.constraint)]
+        response = self._call(self.client.msearch, body=lines, request_timeout=self.opensearch.query_timeout_seconds)
         results: dict[Leg, LegHits] = {}
-        for leg, leg_response in zip(legs, response["responses"], strict=True):
+        for leg, leg_response in zip(legs, response["responses"][: len(legs)], strict=True):
             error = leg_error(leg, leg_response, self.alias)
             if error is not None:
                 if leg is Leg.SEMANTIC:
                     self._raise_if_rebuilt_for_another_embedder(error)
                 raise error
             results[leg] = leg_hits(leg_response)
-        return MultiSearchResult(legs=results)
+        if not collect:
+            return MultiSearchResult(legs=results)
+        assert request.constraint is not None
+        [versions] = self._version_pages(request.scope, request.filters, [request.constraint], [response["responses"][-1]])
+        return MultiSearchResult(legs=results, versions=versions)
 
     def version_sets(
         self, scope: ScopeFilter, filters: SearchFilters, conditions: Sequence[Constraint]
     ) -> list[dict[str, str]]:
         """Per condition, the versions in scope with a chunk that satisfies it (version id -> document
         id): one _msearch for the first page of every condition, another while a set has more."""
-        found: list[dict[str, str]] = [{} for _ in conditions]
         if scope.match_none:
-            return found
+            return [{} for _ in conditions]
         self._check_signature(writing=False)
+        return self._version_pages(scope, filters, conditions, None)
+
+    def _version_pages(
+        self, scope: ScopeFilter, filters: SearchFilters, conditions: Sequence[Constraint],
+        first: list[dict[str, Any]] | None,
+    ) -> list[dict[str, str]]:
+        """Every page of each condition's versions; `first`: the first pages, already answered."""
+        found: list[dict[str, str]] = [{} for _ in conditions]
         pending: dict[int, dict[str, str] | None] = dict.fromkeys(range(len(conditions)))
+        answers = first
         while pending:
-            lines: list[dict[str, Any]] = []
-            for position, after in pending.items():
-                lines += [{"index": self.alias, "allow_partial_search_results": False},
-                          version_set_body(scope, filters, conditions[position], after)]  # fmt: skip
-            response = self._call(self.client.msearch, body=lines, request_timeout=self.opensearch.query_timeout_seconds)
+            if answers is None:
+                lines: list[dict[str, Any]] = []
+                for position, after in pending.items():
+                    lines += [_version_header(self.alias), version_set_body(scope, filters, conditions[position], after)]
+                response = self._call(self.client.msearch, body=lines,
+                                      request_timeout=self.opensearch.query_timeout_seconds)  # fmt: skip
+                answers = response["responses"]
             following: dict[int, dict[str, str] | None] = {}
-            for position, answer in zip(list(pending), response["responses"], strict=True):
+            for position, answer in zip(list(pending), answers, strict=True):
                 versions = version_page(answer, self.alias)
                 found[position].update({b["key"]["version"]: b["key"]["document"] for b in versions["buckets"]})
                 if len(versions["buckets"]) == VERSION_PAGE and versions.get("after_key"):
                     following[position] = versions["after_key"]
-            pending = following
+            pending, answers = following, None
         return found
 
     def search_filter(

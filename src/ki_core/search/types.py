@@ -201,6 +201,9 @@ class MultiSearchRequest(_Frozen):
     # A boolean query (amendments.md 6): every leg's hits satisfy it. The lexical leg then scores
     # the tree itself (or, with no text condition in it, lists the set in chunk id order).
     constraint: Constraint | None = None
+    # With a constraint: also list every version in scope holding a chunk that satisfies it
+    # (MultiSearchResult.versions), in the same round trip as the legs.
+    collect_versions: bool = False
 
     def legs_to_send(self) -> list[Leg]:
         """Legs that can match: none of the text legs under match_none, no lexical leg for blank
