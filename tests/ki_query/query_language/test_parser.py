@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ki_core.search.constraint import KeywordMatch, KeywordPrefix
 from ki_query.query_language.parser import parse_query
-from ki_query.query_language.plan import plan_query
+from ki_query.query_language.plan import plan_query, surely_plain
 from ki_query.query_language.syntax import All, Any, DateSpan, Field, Not, Phrase, QuerySyntaxError, Wildcard, Word
 
 PLAIN = [
@@ -160,3 +162,11 @@ def test_bad_input_is_refused_with_position_and_a_german_message(query: str, pos
     assert refused.value.position == position
     assert words in refused.value.message
     assert refused.value.hint.startswith("Hinweis:")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('ab -"()*:ORANDT§~?/')), max_size=14))
+def test_the_parser_skipped_for_plain_text_reads_it_as_plain_too(query: str) -> None:
+    """plan_query skips the grammar for text without operator signs: the grammar agrees it is plain."""
+    if surely_plain(query) and query.strip():
+        assert parse_query(query).plain
