@@ -17,7 +17,13 @@ eligible set can only shrink it (fail closed).
 
 The legs then rank chunks of the eligible versions that hold one of the query's positive
 conditions: a hit shows a passage with something asked for, never a chunk chosen only
-because its version qualified.
+because its version qualified. A tree that is chunk-local as a whole (`"fristlose Kündigung"
+typ:Urteil`, `Miete OR Pacht`) needs no second step: its legs filter on the tree itself and
+list its versions in the same round trip (`MultiSearchRequest.collect_versions`).
+
+Between the two round trips of the other trees an index writer may add a chunk: the legs still
+filter on the compiled scope (never wider than access allows), and a version written in that
+moment is judged by the next search.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ EVERYTHING: Constraint = AllOf()
 
 
 class VersionSet(Protocol):
-    """What the algebra needs of a backend's set of versions (a frozenset, a mask over version codes)."""
+    """What the algebra needs of a set of versions (here _VersionMap; a frozenset would do)."""
 
     def __and__(self: S, other: S) -> S: ...
     def __or__(self: S, other: S) -> S: ...
