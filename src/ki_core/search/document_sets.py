@@ -21,9 +21,10 @@ because its version qualified. A tree that is chunk-local as a whole (`"fristlos
 typ:Urteil`, `Miete OR Pacht`) needs no second step: its legs filter on the tree itself and
 list its versions in the same round trip (`MultiSearchRequest.collect_versions`).
 
-Between the two round trips of the other trees an index writer may add a chunk: the legs still
-filter on the compiled scope (never wider than access allows), and a version written in that
-moment is judged by the next search.
+Between the two round trips of the other trees an index writer may add a version: when the legs
+got the list of versions to leave out (the shorter form), such a version can show in this one
+search without its exclusions checked; the legs still filter on the compiled scope, so it is never
+one the caller may not see, and SQL re-verifies every hit.
 """
 
 from __future__ import annotations
