@@ -33,7 +33,7 @@ import numpy as np
 
 from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
 from ki_core.search.chunk_table import Admitted, ChunkTable
-from ki_core.search.constraint import AllOf, Constraint, KeywordMatch
+from ki_core.search.constraint import AllOf, AnyOf, Constraint, KeywordMatch
 from ki_core.search.contract import BulkOperation, DeleteOp, IndexOp, update_access_ops
 from ki_core.search.document_sets import document_search
 from ki_core.search.signature import IndexSignature, check_recorded
@@ -85,6 +85,8 @@ POST_FILTER_MAX_WINDOW = 10_000
 # against ~11 ms CPU for a 1,786-id set at 50,000 chunks; the peer bench's 10 %-by-document-grants
 # caller: lexical leg p50 10.8 -> 2.9 ms CPU, p95 unchanged).
 POST_FILTER_ALL_MATCHES = 8_000
+# Chunk masks of a boolean query's conditions kept at most (a few queries' worth, 100k slots = 100 KB each).
+CONDITION_MASKS = 64
 _ABSENT = object()
 
 
@@ -196,23 +198,6 @@ def _plan_access(plan: CommitPlan, projection: AccessProjection, exists: Callabl
             plan.final[chunk_id] = with_access(pending, projection)  # type: ignore[arg-type]
 
 
-def columns_and_rest(constraint: Constraint) -> tuple[list[tuple[KeywordMatch, bool]], Constraint | None]:
-    """A top-level AND split into version-list conditions the chunk table answers from its columns
-    ((condition, negated) pairs) and the rest, for tantivy (None: nothing left)."""
-    if isinstance(constraint, KeywordMatch) and constraint.field == "document_version_id":
-        return [(constraint, False)], None
-    if not isinstance(constraint, AllOf):
-        return [], constraint
-    table = lambda node: isinstance(node, KeywordMatch) and node.field == "document_version_id"  # noqa: E731
-    columns = [(n, False) for n in constraint.must if table(n)] + [(n, True) for n in constraint.must_not if table(n)]
-    must = tuple(n for n in constraint.must if not table(n))
-    must_not = tuple(n for n in constraint.must_not if not table(n))
-    if not must and not must_not:
-        return columns, None
-    rest = must[0] if len(must) == 1 and not must_not else AllOf(must=must, must_not=must_not)
-    return columns, rest
-
-
 def batched(operations: list[BulkOperation], chunks_per_commit: int) -> Iterator[list[BulkOperation]]:
     batch: list[BulkOperation] = []
     size = 0
@@ -251,7 +236,9 @@ class EmbeddedIndex:
         self._loaded: StoreState | None = None
         self._saved_generation = -1
         self._rows_since_save = 0
-        self._last_constrained: tuple[tuple, Admitted] | None = None
+        # Chunk masks of constraint nodes (_chunk_mask), valid for one table version.
+        self._condition_masks: dict[tuple[Constraint, SearchFilters], np.ndarray] = {}
+        self._masks_version = -1
 
     def __enter__(self) -> EmbeddedIndex:
         return self
@@ -551,27 +538,51 @@ class EmbeddedIndex:
 
     def _constrained(self, constraint: Constraint, scope: ScopeFilter, filters: SearchFilters) -> Admitted:
         """The admitted slots that satisfy the constraint: the semantic leg ranks only inside the
-        set, and every text leg's hit passes the same mask (amendments.md 6). A version list (a
-        boolean query's eligible versions) is a column lookup, not a tantivy term set; the mask of
-        the last constraint is kept, since a query whose conditions hold per chunk asks for its
-        versions and then for its legs with the same constraint."""
+        set, and every text leg's hit passes the same mask (amendments.md 6)."""
         admitted = self.table.admitted(scope, filters)
         if not admitted.count:
             return admitted
-        key = (constraint, scope, filters, self.table.version)
-        if self._last_constrained is not None and self._last_constrained[0] == key:
-            return self._last_constrained[1]
-        columns, rest = columns_and_rest(constraint)
-        mask = admitted.mask & self.table.keyword_mask(columns)
-        if rest is not None:
-            loose = self.text.strict_filter(None, filters)
-            slots = self.table.slots_of(self.text.matching_chunk_ids(rest, loose))
-            matched = np.zeros_like(mask)
-            matched[slots[slots >= 0]] = True
-            mask &= matched
-        constrained = Admitted(mask, int(np.count_nonzero(mask)))
-        self._last_constrained = (key, constrained)
-        return constrained
+        mask = admitted.mask & self._chunk_mask(constraint, filters)
+        return Admitted(mask, int(np.count_nonzero(mask)))
+
+    def _chunk_mask(self, node: Constraint, filters: SearchFilters) -> np.ndarray:
+        """Slots whose chunk satisfies `node` (no scope), kept per table version: a boolean query asks
+        for its conditions' versions and then for its legs over the same conditions, and a version list
+        (its eligible versions) is a column lookup here, never a tantivy term set."""
+        if self._masks_version != self.table.version or len(self._condition_masks) > CONDITION_MASKS:
+            self._condition_masks, self._masks_version = {}, self.table.version
+        key = (node, filters)
+        cached = self._condition_masks.get(key)
+        if cached is not None:
+            return cached
+        if isinstance(node, KeywordMatch) and node.field == "document_version_id":
+            mask = self.table.keyword_mask([(node, False)])
+        elif isinstance(node, AnyOf) and all(self._answered(child, filters) for child in node.any):
+            mask = np.logical_or.reduce([self._chunk_mask(child, filters) for child in node.any])
+        elif isinstance(node, AllOf) and all(self._answered(c, filters) for c in (*node.must, *node.must_not)):
+            mask = np.ones(self.table.size, dtype=bool)
+            for child in node.must:
+                mask &= self._chunk_mask(child, filters)
+            for child in node.must_not:
+                mask &= ~self._chunk_mask(child, filters)
+        else:
+            slots = self.table.slots_of(self.text.matching_chunk_ids(node, self.text.strict_filter(None, filters)))
+            mask = np.zeros(self.table.size, dtype=bool)
+            mask[slots[slots >= 0]] = True
+        self._condition_masks[key] = mask
+        return mask
+
+    def _answered(self, node: Constraint, filters: SearchFilters) -> bool:
+        """Whether `node`'s mask needs no new tantivy query (cached, a version list, or built of those)."""
+        if (node, filters) in self._condition_masks:
+            return True
+        if isinstance(node, KeywordMatch):
+            return node.field == "document_version_id"
+        if isinstance(node, AnyOf):
+            return all(self._answered(child, filters) for child in node.any)
+        if isinstance(node, AllOf):
+            return all(self._answered(c, filters) for c in (*node.must, *node.must_not))
+        return False
 
     def _leg(self, leg: Leg, request: MultiSearchRequest, admitted: Admitted) -> LegHits:
         try:
