@@ -529,24 +529,32 @@ def measure(opened: list[Backend], embedder: HashingEmbedder, texts: list[str], 
     print_peer_cells(full, cold, bare, opened[0].engine.dialect.name, width)
 
 
+SYNTAX_KINDS = ("phrase", "exclusion", "or-group", "wildcard", "norm")
+
+
+def syntax_kind(query: str, number: int) -> str:
+    return "norm" if query.startswith(("§", "Art")) else SYNTAX_KINDS[number % 4]
+
+
 def syntax_variant(query: str, number: int) -> str:
     """The same words in the query language, one operator kind per query in turn."""
     words = [w.strip('"()*-:') for w in query.split()]
     words = [w for w in words if w]
-    if query.startswith(("§", "Art")):
+    kind = syntax_kind(query, number)
+    if kind == "norm":
         return f"norm:{query}"
-    kind = number % 4
-    if kind == 0:
+    if kind == "phrase":
         return f'"{words[0]} {words[1]}" ' + " ".join(words[2:])
-    if kind == 1:
+    if kind == "exclusion":
         return " ".join(words) + " -Blumenkohl"
-    if kind == 2:
+    if kind == "or-group":
         return f"({words[0]} OR {words[1]}) " + " ".join(words[2:])
     return f"{words[0][:5]}* " + " ".join(words[1:])
 
 
 def measure_syntax(opened: list[Backend], embedder: HashingEmbedder, texts: list[str], rerank: bool = True) -> None:
-    """Plain and syntax variant of each query in turn (same load), as the caller who sees everything."""
+    """Plain and syntax variant of each query in turn (same load), as the caller who sees everything;
+    then per syntax kind, and the steps' p50 of both."""
     principal = CALLERS["everything"]
     print(f"\n{len(texts)} queries, plain and query-language variant in turn, caller everything, limit 10; "
           "e2e milliseconds (search without the embedding) p50 / p95")
@@ -556,15 +564,27 @@ def measure_syntax(opened: list[Backend], embedder: HashingEmbedder, texts: list
         settings = backend.settings.model_copy(update={"retrieval": retrieval})
         service = RetrievalService(settings, sessions, backend.index, embedder, AccessService(sessions, settings))
         samples: dict[str, list[float]] = {"plain": [], "syntax": []}
+        steps: dict[str, dict[str, list[float]]] = {"plain": {}, "syntax": {}}
         for query in texts[:10]:
             service.search(SearchRequest(query=query, limit=10), [principal])
         for number, query in enumerate(texts):
             for kind, asked in (("plain", query), ("syntax", syntax_variant(query, number))):
                 timings = service.search(SearchRequest(query=asked, limit=10), [principal]).timings
-                samples[kind].append(timings.total - timings.embed)
+                elapsed = timings.total - timings.embed
+                samples[kind].append(elapsed)
+                if kind == "syntax":
+                    samples.setdefault(syntax_kind(query, number), []).append(elapsed)
+                for step, ms in timings.model_dump().items():
+                    steps[kind].setdefault(step, []).append(ms)
         (plain50, plain95), (syntax50, syntax95) = p50_p95(samples["plain"]), p50_p95(samples["syntax"])
         print(f"[{backend.name}] plain {plain50:6.1f} / {plain95:6.1f}   syntax {syntax50:6.1f} / {syntax95:6.1f}   "
               f"ratio p50 {syntax50 / plain50:4.2f}, p95 {syntax95 / plain95:4.2f}")
+        kinds = [f"{k} {p50_p95(samples[k])[0]:.1f} / {p50_p95(samples[k])[1]:.1f} (n={len(samples[k])})"
+                 for k in SYNTAX_KINDS if samples.get(k)]  # fmt: skip
+        print(f"[{backend.name}] syntax by kind: " + ", ".join(kinds))
+        for kind in ("plain", "syntax"):
+            cells = ", ".join(f"{step} {statistics.median(ms):.1f}" for step, ms in steps[kind].items() if any(ms))
+            print(f"[{backend.name}] {kind} step p50: {cells}")
 
 
 def print_peer_cells(full: dict, cold: dict, bare: dict, dialect: str, width: int) -> None:

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import date
 from functools import cache
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ki_core.identifiers.whole_values import court_names
-from ki_core.models import Document, DocumentVersion, Project
+from ki_core.models import Chunk, ChunkKind, Document, DocumentVersion, Project
 from ki_core.ontology import load_ontology
 from ki_core.search.types import Leg, MultiSearchResult
 from ki_query.federation.ranking import Calibration
@@ -38,11 +38,16 @@ FACET_VALUES = 12
 
 
 def matched_documents(result: MultiSearchResult) -> dict[str, str]:
-    """document id -> a version of it, over the lexical and identifier legs: a boolean query's set
-    (every leg holds only members), or what a ranked query's words and identifiers matched."""
+    """document id -> a version of it: a boolean query's whole set (every version the index listed,
+    however deep; a document's version from the lexical leg where it ranks one), or what a ranked
+    query's words and identifiers matched as far as the legs reached."""
     found = result.hits(Leg.LEXICAL).documents()
     for document_id, version_id in result.hits(Leg.IDENTIFIER).documents().items():
         found.setdefault(document_id, version_id)
+    if result.versions is not None:
+        found = {d: v for d, v in found.items() if v in result.versions}
+        for version_id, document_id in sorted(result.versions.items()):
+            found.setdefault(document_id, version_id)
     return found
 
 
@@ -65,18 +70,69 @@ def match_level(
     return "weak" if level < STRONG_FROM else "strong"
 
 
-def by_date(session: Session, candidates: Sequence[Candidate], *, newest_first: bool) -> list[Candidate]:
+def by_date(
+    session: Session, candidates: Sequence[Candidate], versions: dict[str, str] | None, *, newest_first: bool,
+    documents: int,
+) -> list[Candidate]:
     """The candidates in their version's date order (undated last), relevance breaking ties.
 
     The date becomes the score collapse and verification order by, so each document shows its
-    newest (oldest) found version and paging stays one ranking; the shown score is the relevance."""
-    dates = version_dates(session, {c.version_id for c in candidates})
+    newest (oldest) found version and paging stays one ranking; the shown score is the relevance.
+    A boolean query orders its whole set (`versions`), not only what the legs reached: a version
+    no leg ranked joins with its first body chunk, for the first `documents` documents in date order."""
+    ranked = {c.version_id: c for c in sorted(candidates, key=lambda c: (-c.score, c.chunk_id))[::-1]}
+    dates = version_dates(session, versions if versions is not None else ranked)
+    listed = ranked if versions is None else _with_unranked(session, ranked, versions, dates, newest_first, documents)
     sign = 1 if newest_first else -1
-    for candidate in candidates:
+    shown = list(candidates) if versions is None else [c for c in candidates if c.version_id in versions]
+    shown += [c for version_id, c in listed.items() if version_id not in ranked]
+    for candidate in shown:
         day = dates.get(candidate.version_id)
         key = sign * day.toordinal() if day is not None else -10_000_000
         candidate.score = key + min(candidate.score, 0.999)
-    return sorted(candidates, key=lambda c: (-c.score, c.chunk_id))
+    return sorted(shown, key=lambda c: (-c.score, c.chunk_id))
+
+
+def _with_unranked(
+    session: Session, ranked: dict[str, Candidate], versions: dict[str, str], dates: dict[str, date],
+    newest_first: bool, documents: int,
+) -> dict[str, Candidate]:
+    """`ranked`, plus a candidate (first body chunk) for each unranked version among the first
+    `documents` documents of the set in date order."""
+    sign = 1 if newest_first else -1
+    ordered = sorted(versions, key=lambda v: (-(sign * dates[v].toordinal()) if v in dates else 10_000_000, v))
+    head: list[str] = []
+    seen: set[str] = set()
+    for version_id in ordered:
+        if len(seen) >= documents and versions[version_id] not in seen:
+            break
+        seen.add(versions[version_id])
+        head.append(version_id)
+    missing = [v for v in head if v not in ranked]
+    return ranked | first_chunks(session, missing)
+
+
+def first_chunks(session: Session, version_ids: Sequence[str]) -> dict[str, Candidate]:
+    """version id -> a candidate of its first body chunk (a version no leg ranked, shown by date)."""
+    found: dict[str, Candidate] = {}
+    for batch in _batches(list(version_ids)):
+        first = (
+            select(Chunk.version_id, func.min(Chunk.ordinal).label("ordinal"))
+            .where(Chunk.version_id.in_(batch), Chunk.kind == ChunkKind.CHUNK)
+            .group_by(Chunk.version_id)
+            .subquery()
+        )
+        rows = session.execute(
+            select(Chunk.id, Chunk.version_id, Chunk.document_id, Document.project_id, DocumentVersion.status)
+            .join(first, (first.c.version_id == Chunk.version_id) & (first.c.ordinal == Chunk.ordinal))
+            .join(DocumentVersion, DocumentVersion.id == Chunk.version_id)
+            .join(Document, Document.id == Chunk.document_id)
+            .where(Chunk.kind == ChunkKind.CHUNK)
+        )
+        for chunk_id, version_id, document_id, project_id, status in rows:
+            found[version_id] = Candidate(chunk_id=chunk_id, document_id=document_id, version_id=version_id,
+                                          project_id=project_id, version_status=str(status), chunk_kind="chunk")  # fmt: skip
+    return found
 
 
 def version_dates(session: Session, version_ids: Iterable[str]) -> dict[str, date]:

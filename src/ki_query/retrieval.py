@@ -188,7 +188,8 @@ class RetrievalService:
         candidates, result = self._ranked_candidates(request, plan, filters, scope, principals, clock)
         with self._session() as session:
             if request.sort != "relevance":
-                candidates = by_date(session, candidates, newest_first=request.sort == "date_desc")
+                candidates = by_date(session, candidates, result.versions, newest_first=request.sort == "date_desc",
+                                     documents=self._date_head(request))  # fmt: skip
                 clock.lap("sort")
             # The reranker reads the words that are searched for, not the operators and exclusions.
             ranking = request.model_copy(update={"query": plan.text}) if plan.boolean else request
@@ -213,6 +214,12 @@ class RetrievalService:
             hits=hits, has_more=len(ranked) > request.window, timings=clock.timings(), total=total,
             total_is_estimate=not plan.boolean, match=self._match(result, total), facets=facets,
         )  # fmt: skip
+
+    def _date_head(self, request: SearchRequest) -> int:
+        """Documents a date-sorted boolean set is ordered for: what verification may read for the window
+        (its first batches double from VERIFY_FIRST_FACTOR x wanted) with room for rows it drops."""
+        wanted = max(request.window, self._rerank_prefix) + 1
+        return 4 * math.ceil(VERIFY_FIRST_FACTOR * wanted)
 
     def _match(self, result: MultiSearchResult, total: int) -> MatchLevel:
         cosine = getattr(self.index, "cosine", lambda score: score)

@@ -330,8 +330,8 @@ class FacetValue(_Model):
 
 
 class Facets(_Model):
-    """Documents per value over the result set: a boolean query's set, a ranked query's lexical and
-    identifier matches (as far as the legs reached: RANKED_LEG_DEPTH chunks each)."""
+    """Documents per value over the result set: a boolean query's whole set (however deep), a ranked
+    query's lexical and identifier matches (as far as the legs reached: RANKED_LEG_DEPTH chunks each)."""
 
     type: tuple[FacetValue, ...] = ()
     project: tuple[FacetValue, ...] = ()

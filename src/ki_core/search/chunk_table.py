@@ -14,6 +14,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -124,6 +125,7 @@ class ChunkTable:
         self._masks: OrderedDict[tuple, Admitted] = OrderedDict()
         self._version_rank: np.ndarray | None = None
         self._by_chunk_id: tuple[np.ndarray, np.ndarray] | None = None
+        self._label_arrays: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ writes
 
@@ -270,9 +272,29 @@ class ChunkTable:
                 mask &= self.doc_day <= (filters.date_to - _EPOCH).days
         return mask
 
-    def document_count(self, mask: np.ndarray) -> int:
-        """Distinct documents among the masked slots (a boolean query's exact total)."""
-        return len(np.unique(self.codes["document_id"][mask[: self.size]]))
+    def keyword_mask(self, conditions: Iterable[tuple[Any, bool]]) -> np.ndarray:
+        """Slots holding one of each condition's values on its column ((condition, negated) pairs)."""
+        mask = np.ones(self.size, dtype=bool)
+        for condition, negated in conditions:
+            member = self._member(condition.field, condition.values)
+            mask &= ~member if negated else member
+        return mask
+
+    def versions(self, mask: np.ndarray) -> dict[str, str]:
+        """version id -> document id of the versions among the masked slots (a boolean query's sets)."""
+        codes, first = np.unique(self.codes["document_version_id"][mask[: self.size]], return_index=True)
+        documents = self.codes["document_id"][np.flatnonzero(mask[: self.size])[first]]
+        versions = self._labels("document_version_id")[codes]
+        return dict(zip(versions.tolist(), self._labels("document_id")[documents].tolist(), strict=True))
+
+    def _labels(self, name: str) -> np.ndarray:
+        """The column's decoded values as an object array (code -> value): a gather in C instead of a
+        dict lookup per hit (a ranked search's 2,500 lexical hits: 1.2 ms per dict built)."""
+        values = self.vocab[name].values
+        cached = self._label_arrays.get(name)
+        if cached is None or len(cached) != len(values):  # a vocabulary only grows
+            cached = self._label_arrays[name] = np.array(values, dtype=object)
+        return cached
 
     def value(self, name: str, slot: int) -> Hashable:
         return self.vocab[name].values[self.codes[name][slot]]
@@ -324,9 +346,9 @@ class ChunkTable:
             codes = self.codes["document_id"][slots]
             _, first = np.unique(codes, return_index=True)
             first.sort()
-            ids, versions = self.vocab["document_id"].values, self.vocab["document_version_id"].values
-            version_codes = self.codes["document_version_id"][slots]
-            return {ids[codes[i]]: versions[version_codes[i]] for i in first.tolist()}
+            ids = self._labels("document_id")[codes[first]]
+            versions = self._labels("document_version_id")[self.codes["document_version_id"][slots[first]]]
+            return dict(zip(ids.tolist(), versions.tolist(), strict=True))
 
         return LegHits(self.chunk_id[slots], scores, statuses, row, documents)
 

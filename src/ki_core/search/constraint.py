@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # Syntax field -> the indexed keyword field it is a term on, in both backends.
 CONSTRAINT_KEYWORD_FIELDS = frozenset(
-    {"doc_type_ancestors", "project_id", "matter_id", "identifier_values", "courts"}
+    {"doc_type_ancestors", "project_id", "matter_id", "identifier_values", "courts", "document_version_id"}
 )
 
 
@@ -51,6 +51,16 @@ class KeywordMatch(_Frozen):
     values: tuple[str, ...]
 
 
+class KeywordPrefix(_Frozen):
+    """A value on a keyword field starting with `prefix`: `norm:§ 573c` without a law is every
+    whole value "§ 573c <law>" and "§ 573c Abs. 1 <law>" (the prefix ends in a space, so
+    "§ 573" never reaches "§ 573c")."""
+
+    kind: Literal["keyword_prefix"] = "keyword_prefix"
+    field: str
+    prefix: str = Field(min_length=1)
+
+
 class DateMatch(_Frozen):
     """doc_date inside [start, end], an end may be open; a chunk without doc_date never matches."""
 
@@ -73,7 +83,7 @@ class AnyOf(_Frozen):
 
 
 Constraint = Annotated[
-    Union[TextMatch, TextPrefix, KeywordMatch, DateMatch, AllOf, AnyOf], Field(discriminator="kind")
+    Union[TextMatch, TextPrefix, KeywordMatch, KeywordPrefix, DateMatch, AllOf, AnyOf], Field(discriminator="kind")
 ]
 AllOf.model_rebuild()
 AnyOf.model_rebuild()

@@ -7,10 +7,11 @@ factory (`ki_core.search.index`), which imports them: the dependency runs one wa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ki_core.search.constraint import Constraint
 from ki_core.search.signature import IndexSignature
 from ki_core.search.types import (
     AccessProjection,
@@ -92,6 +93,13 @@ class SearchIndex(Protocol):
 
     def multi_search(self, request: MultiSearchRequest) -> MultiSearchResult:
         """Run request.legs_to_send() in one round-trip; a failed leg raises SearchBackendError."""
+        ...
+
+    def version_sets(
+        self, scope: ScopeFilter, filters: SearchFilters, conditions: Sequence[Constraint]
+    ) -> list[dict[str, str]]:
+        """Per condition, every version in scope holding a chunk that satisfies it (version id ->
+        document id), however many: what a boolean query's document-level algebra combines."""
         ...
 
     def search_filter(

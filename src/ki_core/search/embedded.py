@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,9 @@ import numpy as np
 
 from ki_core.search.chunk_store import ChunkStore, Commit, StoreState
 from ki_core.search.chunk_table import Admitted, ChunkTable
+from ki_core.search.constraint import AllOf, AnyOf, Constraint, KeywordMatch
 from ki_core.search.contract import BulkOperation, DeleteOp, IndexOp, update_access_ops
+from ki_core.search.document_sets import document_search
 from ki_core.search.signature import IndexSignature, check_recorded
 from ki_core.search.text_index import IDENTIFIER_LEG_FIELD, RankedChunks, TextIndex
 from ki_core.search.types import (
@@ -83,6 +85,8 @@ POST_FILTER_MAX_WINDOW = 10_000
 # against ~11 ms CPU for a 1,786-id set at 50,000 chunks; the peer bench's 10 %-by-document-grants
 # caller: lexical leg p50 10.8 -> 2.9 ms CPU, p95 unchanged).
 POST_FILTER_ALL_MATCHES = 8_000
+# Chunk masks of a boolean query's conditions kept at most (a few queries' worth, 100k slots = 100 KB each).
+CONDITION_MASKS = 64
 _ABSENT = object()
 
 
@@ -232,6 +236,9 @@ class EmbeddedIndex:
         self._loaded: StoreState | None = None
         self._saved_generation = -1
         self._rows_since_save = 0
+        # Chunk masks of constraint nodes (_chunk_mask), valid for one table version.
+        self._condition_masks: dict[tuple[Constraint, SearchFilters], np.ndarray] = {}
+        self._masks_version = -1
 
     def __enter__(self) -> EmbeddedIndex:
         return self
@@ -507,27 +514,75 @@ class EmbeddedIndex:
     # ----------------------------------------------------------------- reads
 
     def multi_search(self, request: MultiSearchRequest) -> MultiSearchResult:
+        """A boolean request holds per document version (ki_core.search.document_sets)."""
         with self._mutex:
             self._ready()
             self._check_signature()
-            admitted = self.table.admitted(request.scope, request.filters)
-            documents = None
-            if request.constraint is not None:
-                admitted = self._constrained(request, admitted)
-                documents = self.table.document_count(admitted.mask)
-            legs = {leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()}
-        return MultiSearchResult(legs=legs, document_count=documents)
+            return document_search(self.version_sets, self._legs, request)
 
-    def _constrained(self, request: MultiSearchRequest, admitted: Admitted) -> Admitted:
-        """The admitted slots that satisfy the query's constraint: the semantic leg ranks only
-        inside the set, and every text leg's hit passes the same mask (amendments.md 6)."""
-        assert request.constraint is not None
-        loose = self.text.strict_filter(None, request.filters)
-        slots = self.table.slots_of(self.text.matching_chunk_ids(request.constraint, loose))
-        mask = np.zeros_like(admitted.mask)
-        mask[slots[slots >= 0]] = True
-        mask &= admitted.mask
+    def _legs(self, request: MultiSearchRequest) -> MultiSearchResult:
+        admitted = self.table.admitted(request.scope, request.filters)
+        if request.constraint is not None:
+            admitted = self._constrained(request.constraint, request.scope, request.filters)
+        legs = {leg: self._leg(leg, request, admitted) for leg in request.legs_to_send()}
+        versions = self.table.versions(admitted.mask) if request.collect_versions and request.constraint else None
+        return MultiSearchResult(legs=legs, versions=versions)
+
+    def version_sets(
+        self, scope: ScopeFilter, filters: SearchFilters, conditions: Sequence[Constraint]
+    ) -> list[dict[str, str]]:
+        """Per condition, the versions in scope with a chunk that satisfies it (version id -> document id)."""
+        with self._mutex:
+            self._ready()
+            return [self.table.versions(self._constrained(c, scope, filters).mask) for c in conditions]
+
+    def _constrained(self, constraint: Constraint, scope: ScopeFilter, filters: SearchFilters) -> Admitted:
+        """The admitted slots that satisfy the constraint: the semantic leg ranks only inside the
+        set, and every text leg's hit passes the same mask (amendments.md 6)."""
+        admitted = self.table.admitted(scope, filters)
+        if not admitted.count:
+            return admitted
+        mask = admitted.mask & self._chunk_mask(constraint, filters)
         return Admitted(mask, int(np.count_nonzero(mask)))
+
+    def _chunk_mask(self, node: Constraint, filters: SearchFilters) -> np.ndarray:
+        """Slots whose chunk satisfies `node` (no scope), kept per table version: a boolean query asks
+        for its conditions' versions and then for its legs over the same conditions, and a version list
+        (its eligible versions) is a column lookup here, never a tantivy term set."""
+        if self._masks_version != self.table.version or len(self._condition_masks) > CONDITION_MASKS:
+            self._condition_masks, self._masks_version = {}, self.table.version
+        key = (node, filters)
+        cached = self._condition_masks.get(key)
+        if cached is not None:
+            return cached
+        if isinstance(node, KeywordMatch) and node.field == "document_version_id":
+            mask = self.table.keyword_mask([(node, False)])
+        elif isinstance(node, AnyOf) and all(self._answered(child, filters) for child in node.any):
+            mask = np.logical_or.reduce([self._chunk_mask(child, filters) for child in node.any])
+        elif isinstance(node, AllOf) and all(self._answered(c, filters) for c in (*node.must, *node.must_not)):
+            mask = np.ones(self.table.size, dtype=bool)
+            for child in node.must:
+                mask &= self._chunk_mask(child, filters)
+            for child in node.must_not:
+                mask &= ~self._chunk_mask(child, filters)
+        else:
+            slots = self.table.slots_of(self.text.matching_chunk_ids(node, self.text.strict_filter(None, filters)))
+            mask = np.zeros(self.table.size, dtype=bool)
+            mask[slots[slots >= 0]] = True
+        self._condition_masks[key] = mask
+        return mask
+
+    def _answered(self, node: Constraint, filters: SearchFilters) -> bool:
+        """Whether `node`'s mask needs no new tantivy query (cached, a version list, or built of those)."""
+        if (node, filters) in self._condition_masks:
+            return True
+        if isinstance(node, KeywordMatch):
+            return node.field == "document_version_id"
+        if isinstance(node, AnyOf):
+            return all(self._answered(child, filters) for child in node.any)
+        if isinstance(node, AllOf):
+            return all(self._answered(c, filters) for c in (*node.must, *node.must_not))
+        return False
 
     def _leg(self, leg: Leg, request: MultiSearchRequest, admitted: Admitted) -> LegHits:
         try:

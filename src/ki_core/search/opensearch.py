@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from typing import Any
@@ -31,7 +31,17 @@ from ki_core.search.contract import (
     update_access_ops,
 )
 from ki_core.search.signature import IndexSignature, check_recorded
-from ki_core.search.constraint import AnyOf, Constraint, DateMatch, KeywordMatch, TextMatch, TextPrefix, scores_text
+from ki_core.search.constraint import (
+    AnyOf,
+    Constraint,
+    DateMatch,
+    KeywordMatch,
+    KeywordPrefix,
+    TextMatch,
+    TextPrefix,
+    scores_text,
+)
+from ki_core.search.document_sets import document_search
 from ki_core.search.types import (
     DERIVED_KEYWORD_FIELDS,
     FILTER_KEYWORD_FIELDS,
@@ -88,8 +98,8 @@ _KEYWORD = {"type": "keyword"}
 _KEYWORD_FIELDS = (
     *FILTER_KEYWORD_FIELDS, *DERIVED_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals"
 )
-# A cardinality aggregation counts exactly up to this many distinct values (the most OpenSearch allows).
-CARDINALITY_PRECISION = 40_000
+# Versions per page of a boolean query's set (a composite aggregation; search.max_buckets is 65,535).
+VERSION_PAGE = 10_000
 
 
 # opensearch-py logs every failed attempt as a WARNING with its traceback; our calls raise SearchBackendError
@@ -284,6 +294,8 @@ def constraint_clause(node: Constraint) -> dict[str, Any]:
         return {"prefix": {"text": {"value": node.prefix}}}
     if isinstance(node, KeywordMatch):
         return {"terms": {node.field: list(node.values)}} if node.values else {"match_none": {}}
+    if isinstance(node, KeywordPrefix):
+        return {"prefix": {node.field: {"value": node.prefix}}}
     if isinstance(node, DateMatch):
         bounds = {key: day.isoformat() for key, day in (("gte", node.start), ("lte", node.end)) if day}
         return {"range": {"doc_date": bounds}}
@@ -293,13 +305,39 @@ def constraint_clause(node: Constraint) -> dict[str, Any]:
     return {"bool": {"must": must, "must_not": [constraint_clause(child) for child in node.must_not]}}
 
 
-def document_count_body(request: MultiSearchRequest) -> dict[str, Any]:
-    """The documents a constraint's set holds, counted when the lexical leg was cut at its size."""
+def version_set_body(
+    scope: ScopeFilter, filters: SearchFilters, condition: Constraint, after: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The (version, document) pairs of the chunks in scope that satisfy one condition, a page at a
+    time (a composite aggregation pages through any number of versions)."""
+    composite: dict[str, Any] = {
+        "size": VERSION_PAGE,
+        "sources": [{"version": {"terms": {"field": "document_version_id"}}},
+                    {"document": {"terms": {"field": "document_id"}}}],
+    }  # fmt: skip
+    if after is not None:
+        composite["after"] = after
     return {
         "size": 0,
-        "query": {"bool": {"filter": filter_clauses(request.scope, request.filters, request.constraint)}},
-        "aggs": {"documents": {"cardinality": {"field": "document_id", "precision_threshold": CARDINALITY_PRECISION}}},
+        "query": {"bool": {"filter": filter_clauses(scope, filters, condition)}},
+        "aggs": {"versions": {"composite": composite}},
     }
+
+
+def version_page(answer: dict[str, Any], index: str) -> dict[str, Any]:
+    """One page of a version set's aggregation; an error or a shard missing raises (never a short set)."""
+    error = answer.get("error")
+    if error is not None:
+        reason = f"{error.get('type')}: {error_reason(error)}" if isinstance(error, dict) else str(error)
+        raise SearchBackendError(f"a version set on index {index} failed ({answer.get('status')}): {reason}")
+    if (failure := shard_failure("a version set", index, answer)) is not None:
+        raise failure
+    return answer["aggregations"]["versions"]
+
+
+def _version_header(index: str) -> dict[str, Any]:
+    """A version set reaches every shard or fails (a short set would be a wrong count)."""
+    return {"index": index, "allow_partial_search_results": False}
 
 
 # ----------------------------------------------------------------------- legs
@@ -809,36 +847,68 @@ class OpenSearchIndex:
     # ---------------------------------------------------------------- reads
 
     def multi_search(self, request: MultiSearchRequest) -> MultiSearchResult:
+        """A boolean request holds per document version (ki_core.search.document_sets)."""
+        return document_search(self.version_sets, self._legs, request)
+
+    def _legs(self, request: MultiSearchRequest) -> MultiSearchResult:
+        """The legs in one _msearch; with `collect_versions` the constraint's first page of versions too."""
         legs = request.legs_to_send()
-        if not legs:
+        collect = request.collect_versions and request.constraint is not None and not request.scope.match_none
+        if not legs and not collect:
             return MultiSearchResult(legs={})
         self._check_signature(writing=False)
-        response = self._call(self.client.msearch, body=msearch_lines(self.alias, request),
-                              request_timeout=self.opensearch.query_timeout_seconds)
+        lines = msearch_lines(self.alias, request)
+        if collect:
+            lines += [_version_header(self.alias), version_set_body(request.scope, request.filters, request.constraint)]
+        response = self._call(self.client.msearch, body=lines, request_timeout=self.opensearch.query_timeout_seconds)
         results: dict[Leg, LegHits] = {}
-        for leg, leg_response in zip(legs, response["responses"], strict=True):
+        for leg, leg_response in zip(legs, response["responses"][: len(legs)], strict=True):
             error = leg_error(leg, leg_response, self.alias)
             if error is not None:
                 if leg is Leg.SEMANTIC:
                     self._raise_if_rebuilt_for_another_embedder(error)
                 raise error
             results[leg] = leg_hits(leg_response)
-        documents = None
-        if request.constraint is not None:
-            documents = self._document_count(request, results.get(Leg.LEXICAL))
-        return MultiSearchResult(legs=results, document_count=documents)
+        if not collect:
+            return MultiSearchResult(legs=results)
+        assert request.constraint is not None
+        [versions] = self._version_pages(request.scope, request.filters, [request.constraint], [response["responses"][-1]])
+        return MultiSearchResult(legs=results, versions=versions)
 
-    def _document_count(self, request: MultiSearchRequest, lexical: LegHits | None) -> int:
-        """Distinct documents of the lexical leg when it holds the whole set, else one aggregation."""
-        if lexical is None:
-            return 0
-        if len(lexical) < request.size:
-            return len({hit.document_id for hit in lexical})
-        response = self._call(self.client.search, index=self.alias, body=document_count_body(request),
-                              params={"allow_partial_search_results": "false"})  # fmt: skip
-        if (error := shard_failure("a document count", self.alias, response)) is not None:
-            raise error
-        return int(response["aggregations"]["documents"]["value"])
+    def version_sets(
+        self, scope: ScopeFilter, filters: SearchFilters, conditions: Sequence[Constraint]
+    ) -> list[dict[str, str]]:
+        """Per condition, the versions in scope with a chunk that satisfies it (version id -> document
+        id): one _msearch for the first page of every condition, another while a set has more."""
+        if scope.match_none:
+            return [{} for _ in conditions]
+        self._check_signature(writing=False)
+        return self._version_pages(scope, filters, conditions, None)
+
+    def _version_pages(
+        self, scope: ScopeFilter, filters: SearchFilters, conditions: Sequence[Constraint],
+        first: list[dict[str, Any]] | None,
+    ) -> list[dict[str, str]]:
+        """Every page of each condition's versions; `first`: the first pages, already answered."""
+        found: list[dict[str, str]] = [{} for _ in conditions]
+        pending: dict[int, dict[str, str] | None] = dict.fromkeys(range(len(conditions)))
+        answers = first
+        while pending:
+            if answers is None:
+                lines: list[dict[str, Any]] = []
+                for position, after in pending.items():
+                    lines += [_version_header(self.alias), version_set_body(scope, filters, conditions[position], after)]
+                response = self._call(self.client.msearch, body=lines,
+                                      request_timeout=self.opensearch.query_timeout_seconds)  # fmt: skip
+                answers = response["responses"]
+            following: dict[int, dict[str, str] | None] = {}
+            for position, answer in zip(list(pending), answers, strict=True):
+                versions = version_page(answer, self.alias)
+                found[position].update({b["key"]["version"]: b["key"]["document"] for b in versions["buckets"]})
+                if len(versions["buckets"]) == VERSION_PAGE and versions.get("after_key"):
+                    following[position] = versions["after_key"]
+            pending, answers = following, None
+        return found
 
     def search_filter(
         self, scope: ScopeFilter, filters: SearchFilters, size: int, offset: int = 0

@@ -202,6 +202,9 @@ class MultiSearchRequest(_Frozen):
     # A boolean query (amendments.md 6): every leg's hits satisfy it. The lexical leg then scores
     # the tree itself (or, with no text condition in it, lists the set in chunk id order).
     constraint: Constraint | None = None
+    # With a constraint: also list every version in scope holding a chunk that satisfies it
+    # (MultiSearchResult.versions), in the same round trip as the legs.
+    collect_versions: bool = False
 
     def legs_to_send(self) -> list[Leg]:
         """Legs that can match: none of the text legs under match_none, no lexical leg for blank
@@ -325,8 +328,14 @@ class LegHits(RowSequence[LegHit]):
 @dataclass(frozen=True, slots=True)
 class MultiSearchResult:
     legs: dict[Leg, LegHits]
-    # Documents in the constraint's set, counted by the index when the lexical leg was cut at its size.
-    document_count: int | None = None
+    # A boolean query's whole set, however deep (ki_core.search.document_sets): version id -> document id
+    # of every version in scope the query holds for. None for a ranked query.
+    versions: dict[str, str] | None = None
+
+    @property
+    def document_count(self) -> int | None:
+        """Documents in a boolean query's set (exact), None for a ranked query."""
+        return None if self.versions is None else len(set(self.versions.values()))
 
     def hits(self, leg: Leg) -> LegHits:
         return self.legs.get(leg) or LegHits.empty()

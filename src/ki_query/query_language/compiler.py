@@ -16,9 +16,18 @@ from ki_core.identifiers import extract
 from ki_core.identifiers.whole_values import normalized_court
 from ki_core.models.ontology import OntologyKind
 from ki_core.ontology import Ontology
-from ki_core.search.constraint import AllOf, AnyOf, Constraint, DateMatch, KeywordMatch, TextMatch, TextPrefix
+from ki_core.search.constraint import (
+    AllOf,
+    AnyOf,
+    Constraint,
+    DateMatch,
+    KeywordMatch,
+    KeywordPrefix,
+    TextMatch,
+    TextPrefix,
+)
 from ki_core.search.text_index import analyzed_positions, german_words
-from ki_query.query_language.parser import HINT
+from ki_query.query_language.parser import HINT, lawless_reference
 from ki_query.query_language.syntax import (
     All,
     Any,
@@ -108,6 +117,8 @@ def _field(node: Field, resolver: FieldResolver) -> Constraint:
         return KeywordMatch(field="matter_id", values=resolver.matter_ids(node.value))
     if node.name == "court":
         return KeywordMatch(field="courts", values=(normalized_court(node.value),))
+    if node.name == "statute" and (chain := lawless_reference(node.value)) is not None:
+        return KeywordPrefix(field="identifier_values", prefix=chain + " ")
     return KeywordMatch(field="identifier_values", values=(normalized_identifier(node.value),))
 
 

@@ -55,7 +55,7 @@ def parse_query(text: str) -> ParsedQuery:
         return ParsedQuery(text=text, tree=None, plain=True)
     _check_balanced(text)
     try:
-        tree = _ToNodes(text).transform(_parser().parse(text))
+        tree = _ToNodes(text).transform(_parser().parse(protected_identifiers(text)))
     except VisitError as exc:
         if isinstance(exc.orig_exc, QuerySyntaxError):
             raise exc.orig_exc from None
@@ -64,6 +64,26 @@ def parse_query(text: str) -> ParsedQuery:
         raise _unexpected(text, exc) from None
     _check_not_only_exclusions(tree)
     return ParsedQuery(text=text, tree=tree, plain=_is_plain(tree))
+
+
+# What an identifier's characters become for the grammar: a letter no operator uses (Unicode private use).
+_MASK = "\ue000"
+
+
+def protected_identifiers(text: str) -> str:
+    """`text` with every identifier ki_core.identifiers finds masked for the grammar, same length and
+    same spaces: an ECLI's colons make no field, "Verordnung (EU) 2016/679" no group, "C-123/19" or
+    "2 OR 12/19" no operator. The parse reads each token's text back from the query at its position,
+    so the identifier stays the words it was. A span's parentheses and quotes are masked only when
+    they pair inside it (an unpaired one belongs to the user's grouping)."""
+    masked = list(text)
+    for found in extract(text):
+        span = text[found.start : found.end]
+        keep = {c for c in '()"' if span.count("(") != span.count(")") or span.count('"') % 2} & set(span)
+        for at in range(found.start, found.end):
+            if not masked[at].isspace() and masked[at] not in keep:
+                masked[at] = _MASK
+    return "".join(masked)
 
 
 def _is_plain(tree: Node) -> bool:
@@ -120,14 +140,18 @@ class _ToNodes(Transformer):
         super().__init__()
         self.text = text
 
+    def _original(self, token: Token) -> str:
+        """The token as typed (the grammar read the identifiers masked, ki: protected_identifiers)."""
+        return self.text[token.start_pos : token.start_pos + len(token)]
+
     def word(self, token: Token) -> Node:
-        value = str(token)
+        value = self._original(token)
         if value.endswith("*") and len(value) > 1 and _WORD_CHAR.search(value[:-1]) and "*" not in value[:-1]:
             return Wildcard(prefix=value[:-1], position=token.start_pos)
         return Word(text=value, position=token.start_pos)
 
     def phrase(self, token: Token) -> Node:
-        return Phrase(text=str(token)[1:-1], position=token.start_pos)
+        return Phrase(text=self._original(token)[1:-1], position=token.start_pos)
 
     def negated(self, keyword: Token, child: Node) -> Node:
         return Not(child=child, position=keyword.start_pos)
@@ -152,7 +176,7 @@ class _ToNodes(Transformer):
 
     def field(self, name: Token, value: Token) -> Node:
         field = FIELD_NAMES[str(name).split(":")[0].strip().lower()]
-        raw = str(value)
+        raw = self._original(value)
         if value.type == "PHRASE":
             head, rest = raw[1:-1].strip(), ""
         else:
@@ -199,12 +223,41 @@ def _cut_value(field: str, raw: str) -> tuple[str, str]:
         found = [i for i in extract(stripped) if i.start == 0]
         if found:
             return stripped[: found[0].end], stripped[found[0].end :]
+        if field == "statute":
+            return _lawless_cut(stripped)
         return stripped, ""
     head, _, rest = stripped.partition(" ")
     if field == "court" and rest and head in _regional_court_codes():  # "OLG München": the court and its seat
         seat, _, rest = rest.partition(" ")
         return f"{head} {seat}", rest
     return head, rest
+
+
+def _lawless_cut(value: str) -> tuple[str, str]:
+    """`norm:§ 573c Mietsache`: the longest run of leading words that is a reference without a law
+    (the compiler widens it to every law); the whole value when none is."""
+    words = value.split(" ")
+    for end in range(len(words), 0, -1):
+        if lawless_reference(" ".join(words[:end])) is not None:
+            return " ".join(words[:end]), " ".join(words[end:])
+    return value, ""
+
+
+# A law every statute reference can be read with: `norm:§ 573c` is parsed as "§ 573c BGB" and the law
+# cut off again, so a reference without a law is normalized by the same rules as one with a law.
+_STAND_IN_LAW = "BGB"
+
+
+def lawless_reference(value: str) -> str | None:
+    """"§ 573c" / "§573c Abs. 1" -> the normalized chain without a law ("§ 573c Abs. 1"), or None
+    when the value names a law or is no § / Art. reference."""
+    whole = " ".join(value.split())
+    if not whole.startswith(("§", "Art")) or any(i.start == 0 and i.end == len(whole) for i in extract(whole)):
+        return None
+    read = [i for i in extract(f"{whole} {_STAND_IN_LAW}") if i.start == 0 and i.kind == "statute"]
+    if len({i.normalized for i in read}) != 1 or read[0].end != len(whole) + 1 + len(_STAND_IN_LAW):
+        return None  # "§§ 573, 574": several sections, no one prefix
+    return read[0].normalized.removesuffix(f" {_STAND_IN_LAW}")
 
 
 @cache

@@ -1,21 +1,35 @@
 """The query language means the same on both backends (amendments.md 6, issue 39).
 
-A fixture of 360 chunks (real BGB Absätze with added sentences, 90 documents) is searched with
-syntax queries compiled by the query side. Each query's set is written out by an oracle that
-reads the chunks the way the analyzer does; every leg's hits must lie in that set, the lexical
-leg must list all of it, and the document count must be exact. The legs ask for five hits, far
-fewer than the set holds, so a constraint applied after ranking would show.
+A fixture of 360 chunks (real BGB Absätze with added sentences, 90 documents of four chunks) is
+searched with syntax queries compiled by the query side. Each query's set of versions is written
+out by an oracle that reads the chunks the way the analyzer does, per version: a word or phrase
+holds where some chunk of the version has it (a phrase inside one chunk), AND, OR and NOT combine
+those (issue 39: a lawyer means documents, not chunks). Every leg's hits must lie in that set,
+the lexical leg must reach every version of it, and the set and the document count must be
+exact. The legs ask for five hits, far fewer than the set holds, so a constraint applied after
+ranking would show; several queries' sets differ from what a per-chunk reading gives, so a
+per-chunk constraint would show too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
 from datetime import date
 
 import pytest
 
 from ki_core.ontology import ancestors
-from ki_core.search.constraint import AllOf, AnyOf, Constraint, DateMatch, KeywordMatch, TextMatch, TextPrefix
+from ki_core.search.constraint import (
+    AllOf,
+    AnyOf,
+    Constraint,
+    DateMatch,
+    KeywordMatch,
+    KeywordPrefix,
+    TextMatch,
+    TextPrefix,
+)
 from ki_core.search.index import IndexOp, SearchIndex
 from ki_core.search.text_index import analyzed_positions
 from ki_core.search.types import IndexChunk, Leg, MultiSearchRequest
@@ -65,7 +79,25 @@ def constraint_chunks() -> list[IndexChunk]:
     return chunks
 
 
-CHUNKS = constraint_chunks()
+def split_documents() -> list[IndexChunk]:
+    """Documents whose words lie in different chunks: the per-chunk reading answers these wrongly."""
+    texts = {
+        "doc-excluded-elsewhere": ("Die Kündigung wurde dem Zaunkönig zugestellt.", "Sie war fristlos."),
+        "doc-excluded-nowhere": ("Die Kündigung wurde dem Zaunkönig zugestellt.", "Sie kam überraschend."),
+        "doc-and-split": ("Am Ufer brütet der Kormoran.", "Weiter draußen taucht ein Haubentaucher."),
+    }
+    base = FIXTURE_CHUNKS[0]
+    return [
+        base.model_copy(update={
+            "chunk_id": 20_000 + 10 * n + ordinal, "document_id": document, "document_version_id": f"{document}-v1",
+            "text": text, "embedding": unit_vector(text + document), "identifiers": (), "doc_date": None,
+        })  # fmt: skip
+        for n, (document, parts) in enumerate(texts.items())
+        for ordinal, text in enumerate(parts)
+    ]
+
+
+CHUNKS = constraint_chunks() + split_documents()
 SCOPE = EVERYTHING.model_copy(update={"project_ids": frozenset(c.project_id for c in CHUNKS)})
 
 QUERIES = [
@@ -87,39 +119,73 @@ QUERIES = [
     "norm:§ 573c Abs. 1 BGB",
     "gericht:BGH",
     '"Mietverhältnisses über Wohnraum"',
-    "Vermiet* -Mieter",
+    "Vermiet* -Schadensersatz",
     "Mieter AND Vermieter",
     '"Müller/Schmidt"',
     "-(Wohnraum OR Pacht*) Kündigung",
     '"Kündigung des Mietverhältnisses"',
     'az:"VIII ZR 123/20" Mietsache',
     "typ:Urteil -datum:2020-01-01..2020-12-31",
+    "Pachtvertrag OR -Kündigung",
+    "Mietsache AND Pachtvertrag",
+    "norm:§ 573c",
+    "norm:§ 573c Abs. 1",
 ]
 
 
-def oracle(node: Constraint, chunk: IndexChunk) -> bool:
-    """The constraint's meaning, written out plainly over one chunk."""
+@cache
+def tokens_of(text: str) -> tuple[tuple[int, str], ...]:
+    return analyzed_positions(text)
+
+
+def chunk_oracle(node: Constraint, chunk: IndexChunk) -> bool:
+    """A leaf's meaning, written out plainly over one chunk (AND/OR/NOT too: the per-chunk reading)."""
     if isinstance(node, TextMatch):
-        at = dict(analyzed_positions(chunk.text))
+        at = dict(tokens_of(chunk.text))
         first = node.tokens[0][0]
         return any(
             all(at.get(start + position - first) == token for position, token in node.tokens) for start in at
         )
     if isinstance(node, TextPrefix):
-        return any(token.startswith(node.prefix) for _, token in analyzed_positions(chunk.text))
-    if isinstance(node, KeywordMatch):
+        return any(token.startswith(node.prefix) for _, token in tokens_of(chunk.text))
+    if isinstance(node, KeywordMatch | KeywordPrefix):
         values = {
             "doc_type_ancestors": chunk.doc_type_ancestors, "project_id": (chunk.project_id,),
             "matter_id": (chunk.matter_id,), "identifier_values": chunk.identifier_values, "courts": chunk.courts,
         }[node.field]  # fmt: skip
+        if isinstance(node, KeywordPrefix):
+            return any(value.startswith(node.prefix) for value in values)
         return bool(set(values) & set(node.values))
     if isinstance(node, DateMatch):
         day = chunk.doc_date
         return day is not None and (node.start is None or day >= node.start) and (node.end is None or day <= node.end)
     if isinstance(node, AnyOf):
-        return any(oracle(child, chunk) for child in node.any)
+        return any(chunk_oracle(child, chunk) for child in node.any)
     assert isinstance(node, AllOf)
-    return all(oracle(c, chunk) for c in node.must) and not any(oracle(c, chunk) for c in node.must_not)
+    return all(chunk_oracle(c, chunk) for c in node.must) and not any(chunk_oracle(c, chunk) for c in node.must_not)
+
+
+def oracle(node: Constraint, chunks: list[IndexChunk]) -> bool:
+    """The tree's meaning over one version's chunks: a leaf holds where some chunk has it."""
+    if isinstance(node, AnyOf):
+        return any(oracle(child, chunks) for child in node.any)
+    if isinstance(node, AllOf):
+        return all(oracle(c, chunks) for c in node.must) and not any(oracle(c, chunks) for c in node.must_not)
+    return any(chunk_oracle(node, chunk) for chunk in chunks)
+
+
+def versions_of(chunks: list[IndexChunk]) -> dict[str, list[IndexChunk]]:
+    grouped: dict[str, list[IndexChunk]] = {}
+    for chunk in chunks:
+        grouped.setdefault(chunk.document_version_id, []).append(chunk)
+    return grouped
+
+
+def expected_versions(node: Constraint, chunks: list[IndexChunk] = CHUNKS) -> dict[str, str]:
+    """version id -> document id of the versions the tree holds for."""
+    return {
+        version: parts[0].document_id for version, parts in versions_of(chunks).items() if oracle(node, parts)
+    }
 
 
 @pytest.fixture(scope="module", params=CONTRACT_BACKENDS)
@@ -149,25 +215,57 @@ def _request(query: str, size: int) -> MultiSearchRequest:
 def test_every_leg_stays_inside_the_set_and_the_count_is_exact(constrained_index: SearchIndex, query: str) -> None:
     request = _request(query, SIZE)
     assert request.constraint is not None
-    expected = {c.chunk_id for c in CHUNKS if oracle(request.constraint, c)}
+    expected = expected_versions(request.constraint)
     assert expected, f"{query!r} matches nothing in the fixture: the test would show nothing"
     result = constrained_index.multi_search(request)
     for leg, hits in result.legs.items():
-        assert {hit.chunk_id for hit in hits} <= expected, (query, leg)
+        assert {hit.document_version_id for hit in hits} <= set(expected), (query, leg)
         assert len(hits) == min(SIZE, len(expected)) or leg is Leg.IDENTIFIER, (query, leg)
-    assert result.document_count == len({c.document_id for c in CHUNKS if c.chunk_id in expected})
+    assert result.versions == expected
+    assert result.document_count == len(set(expected.values()))
 
 
 @pytest.mark.parametrize("query", QUERIES)
-def test_the_lexical_leg_lists_the_whole_set(constrained_index: SearchIndex, query: str) -> None:
+def test_the_lexical_leg_reaches_every_version_of_the_set(constrained_index: SearchIndex, query: str) -> None:
     request = _request(query, 2500)
     assert request.constraint is not None
-    expected = {c.chunk_id for c in CHUNKS if oracle(request.constraint, c)}
     lexical = constrained_index.multi_search(request).hits(Leg.LEXICAL)
-    assert {hit.chunk_id for hit in lexical} == expected
+    assert {hit.document_version_id for hit in lexical} == set(expected_versions(request.constraint))
 
 
 def test_the_fixture_is_larger_than_the_legs_depth() -> None:
     """Most queries' sets hold more chunks than a leg returns, so a filter after ranking would show."""
-    larger = [q for q in QUERIES if sum(oracle(_request(q, SIZE).constraint, c) for c in CHUNKS) > SIZE]  # type: ignore[arg-type]
+    larger = [
+        q for q in QUERIES
+        if sum(len(versions_of(CHUNKS)[v]) for v in expected_versions(_request(q, SIZE).constraint)) > SIZE  # type: ignore[arg-type]
+    ]  # fmt: skip
     assert len(larger) >= 20
+
+
+def test_several_queries_mean_other_documents_than_a_per_chunk_reading() -> None:
+    """Exclusions and ANDs split over chunks: the per-chunk reading would answer these differently."""
+    differing = []
+    for query in QUERIES:
+        constraint = _request(query, SIZE).constraint
+        per_chunk = {c.document_version_id for c in CHUNKS if chunk_oracle(constraint, c)}  # type: ignore[arg-type]
+        if per_chunk != set(expected_versions(constraint)):  # type: ignore[arg-type]
+            differing.append(query)
+    assert len(differing) >= 5, differing
+
+
+@pytest.mark.parametrize(
+    ("query", "shown", "hidden"),
+    [
+        ("Kündigung Zaunkönig -fristlos", {"doc-excluded-nowhere"}, {"doc-excluded-elsewhere"}),
+        ("Kormoran AND Haubentaucher", {"doc-and-split"}, set()),
+        ('"Ufer brütet" Haubentaucher', {"doc-and-split"}, set()),
+    ],
+)
+def test_a_document_is_judged_whole(constrained_index: SearchIndex, query: str, shown: set, hidden: set) -> None:
+    """An excluded word in another chunk hides the document; ANDed words may stand in two chunks."""
+    result = constrained_index.multi_search(_request(query, SIZE))
+    found = set((result.versions or {}).values())
+    assert found == shown and not found & hidden
+    assert {hit.document_id for leg in result.legs.values() for hit in leg} == shown
+    per_chunk = {c.document_id for c in CHUNKS if chunk_oracle(_request(query, SIZE).constraint, c)}  # type: ignore[arg-type]
+    assert per_chunk != shown  # the per-chunk reading would have answered otherwise

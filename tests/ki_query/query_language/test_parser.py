@@ -5,9 +5,12 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from ki_core.search.constraint import KeywordMatch, KeywordPrefix
 from ki_query.query_language.parser import parse_query
-from ki_query.query_language.plan import plan_query
+from ki_query.query_language.plan import plan_query, surely_plain
 from ki_query.query_language.syntax import All, Any, DateSpan, Field, Not, Phrase, QuerySyntaxError, Wildcard, Word
 
 PLAIN = [
@@ -24,6 +27,8 @@ PLAIN = [
     "Preis^2 {netto} /regex/",
     "Kosten*Nutzen",
     "und oder nicht or and",
+    "Verordnung (EU) 2016/679 Art. 6",
+    "Richtlinie (EU) 2019/771 Gewährleistung",
 ]
 
 
@@ -33,6 +38,39 @@ def test_text_without_operators_stays_a_plain_ranked_query(query: str) -> None:
     assert plan.parsed.plain
     assert plan.constraint is None
     assert plan.text == query  # the legs read exactly what was typed, as before the query language
+
+
+ECLI = "ECLI:DE:BGH:2020:120320UVIIZR123.19.0"
+
+
+def test_identifiers_are_found_before_parsing_and_stay_the_words_they_were() -> None:
+    """An ECLI's colons make no field, an EU act's "(EU)" no group, in a boolean query as in a plain one."""
+    assert parse_query(f"{ECLI} -Kündigung").tree == All(
+        children=(Word(ECLI, 0), Not(Word("Kündigung", 39), 38)), position=-1
+    )
+    assert parse_query(f"({ECLI} OR Kündigung)").tree == All(
+        children=(Any(children=(Word(ECLI, 1), Word("Kündigung", 42)), position=1),), position=0
+    )
+    tree = parse_query("Verordnung (EU) 2016/679 -Einwilligung").tree
+    assert tree == All(children=(Word("Verordnung", 0), Word("(EU)", 11), Word("2016/679", 16),
+                                 Not(Word("Einwilligung", 26), 25)), position=-1)  # fmt: skip
+
+
+def test_a_parenthesis_the_identifier_does_not_close_stays_the_users() -> None:
+    tree = parse_query("(Art. 6 DSGVO OR Einwilligung) Newsletter").tree
+    assert isinstance(tree, All) and isinstance(tree.children[0], All)
+    assert isinstance(tree.children[0].children[0], Any)
+
+
+def test_a_norm_without_a_law_is_a_prefix_on_every_law() -> None:
+    assert parse_query("norm:§573c Mietsache").tree == All(
+        children=(Field("statute", "§573c", 0), Word("Mietsache", 11)), position=0
+    )
+    constraint = plan_query("norm:§573c Abs. 1", None).constraint
+    assert constraint == KeywordPrefix(field="identifier_values", prefix="§ 573c Abs. 1 ")
+    assert plan_query("norm:§ 573c BGB", None).constraint == KeywordMatch(
+        field="identifier_values", values=("§ 573c BGB",)
+    )
 
 
 def test_a_phrase_and_an_exclusion_make_a_boolean_set() -> None:
@@ -124,3 +162,11 @@ def test_bad_input_is_refused_with_position_and_a_german_message(query: str, pos
     assert refused.value.position == position
     assert words in refused.value.message
     assert refused.value.hint.startswith("Hinweis:")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('ab -"()*:ORANDT§~?/')), max_size=14))
+def test_the_parser_skipped_for_plain_text_reads_it_as_plain_too(query: str) -> None:
+    """plan_query skips the grammar for text without operator signs: the grammar agrees it is plain."""
+    if surely_plain(query) and query.strip():
+        assert parse_query(query).plain
