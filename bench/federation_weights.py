@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import random
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from paired_bootstrap import SEED, interval
 
 from ki_core.config import load_settings
 from ki_query.federation.corpus_prior import CorpusPrior, CorpusPriors
@@ -58,12 +60,10 @@ class Remembered:
         return getattr(self.inner, name)
 
 
-def bootstrap(deltas: list[float], rounds: int = 10_000, seed: int = 44) -> tuple[float, float]:
+def bootstrap(deltas: list[float], rounds: int = 10_000) -> tuple[float, float]:
     """The paired 95 % interval of the mean difference, queries resampled with replacement."""
-    rng = random.Random(seed)
-    n = len(deltas)
-    means = sorted(sum(deltas[rng.randrange(n)] for _ in range(n)) / n for _ in range(rounds))
-    return means[int(0.025 * rounds)], means[int(0.975 * rounds) - 1]
+    _, low, high = interval(np.asarray(deltas, dtype=float), rounds, np.random.default_rng(SEED))
+    return low, high
 
 
 def compare(federated: EvalReport, alone: EvalReport) -> dict[str, Any]:

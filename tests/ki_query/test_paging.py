@@ -12,7 +12,6 @@ import gzip
 import json
 import random
 import re
-import shutil
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from sqlalchemy.orm import Session
 
 from ki_core import grants
 from ki_core.config import Settings
-from ki_core.db import make_engine
 from ki_core.embedding import HashingEmbedder
 from ki_core.models import Chunk, ChunkKind, Document, DocumentVersion, SourceObservation, VersionStatus
 from ki_core.search.index import IndexOp, SearchIndex
@@ -33,7 +31,7 @@ from ki_core.search.types import MAX_RANKED_WINDOW, IndexChunk
 from ki_query.retrieval import RetrievalService
 from ki_query.scope import AccessService
 from ki_query.types import SearchRequest
-from tests.ki_core.search.backends import CONTRACT_BACKENDS, make_backend
+from tests.ki_core.search.backends import CONTRACT_BACKENDS, store_beside_index
 from tests.ki_query.sql_world import SqlWorld
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "bgb-absaetze.jsonl.gz"
@@ -116,14 +114,7 @@ def build(session: Session, index: SearchIndex, rows: list[dict]) -> int:
 def paging_world(
     request: pytest.FixtureRequest, sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PagingWorld]:
-    root = tmp_path_factory.mktemp("paging")
-    shutil.copyfile(sqlite_template, root / "ki.db")
-    engine = make_engine(f"sqlite:///{root / 'ki.db'}")
-    session = Session(bind=engine)
-    backend, cleanup = make_backend(request.param, root / "index")
-    try:
-        index = backend.open(DIMENSIONS)
-        index.ensure()
+    with store_beside_index(request.param, sqlite_template, tmp_path_factory.mktemp("paging"), DIMENSIONS) as (session, index):
         rows = absaetze()
         chunks = build(session, index, rows)
         # Module-scoped: built before the autouse fixture leaves the developer's config.json behind,
@@ -134,11 +125,6 @@ def paging_world(
         off = Settings(retrieval={"rerank_enabled": False})
         fused = RetrievalService(off, session, index, HashingEmbedder(dimensions=DIMENSIONS), AccessService(session, off))
         yield PagingWorld(service, vocabulary(rows), chunks, fused)
-    finally:
-        backend.close_all()
-        cleanup()
-        session.close()
-        engine.dispose()
 
 
 def ranking(world: PagingWorld, query: str, window: int) -> list[tuple[int, float]]:

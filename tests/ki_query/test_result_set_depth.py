@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,6 @@ from sqlalchemy.orm import Session
 
 from ki_core import grants
 from ki_core.config import Settings
-from ki_core.db import make_engine
 from ki_core.embedding import HashingEmbedder
 from ki_core.models import (
     Chunk,
@@ -37,7 +35,7 @@ from ki_core.search.types import IndexChunk
 from ki_query.retrieval import RANKED_LEG_DEPTH, RetrievalService
 from ki_query.scope import AccessService
 from ki_query.types import SearchRequest
-from tests.ki_core.search.backends import CONTRACT_BACKENDS, make_backend
+from tests.ki_core.search.backends import CONTRACT_BACKENDS, store_beside_index
 from tests.ki_query.sql_world import SqlWorld
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "bgb-absaetze.jsonl.gz"
@@ -115,25 +113,13 @@ def build(session: Session, index: SearchIndex, corpus: list[Row]) -> list[str]:
 def depth_world(
     request: pytest.FixtureRequest, sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DepthWorld]:
-    root = tmp_path_factory.mktemp("depth")
-    shutil.copyfile(sqlite_template, root / "ki.db")
-    engine = make_engine(f"sqlite:///{root / 'ki.db'}")
-    session = Session(bind=engine)
-    backend, cleanup = make_backend(request.param, root / "index")
-    try:
-        index = backend.open(DIMENSIONS)
-        index.ensure()
+    with store_beside_index(request.param, sqlite_template, tmp_path_factory.mktemp("depth"), DIMENSIONS) as (session, index):
         corpus = rows()
         documents = build(session, index, corpus)
         settings = Settings(retrieval={"rerank_enabled": False})
         service = RetrievalService(settings, session, index, HashingEmbedder(dimensions=DIMENSIONS),
                                    AccessService(session, settings))  # fmt: skip
         yield DepthWorld(service, corpus, documents)
-    finally:
-        backend.close_all()
-        cleanup()
-        session.close()
-        engine.dispose()
 
 
 def without(word: str, text: str) -> bool:

@@ -7,12 +7,17 @@ not answer fails its tests, never drops them.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
 from ki_core.config import OpenSearchSettings, RetrievalSettings
+from ki_core.db import make_engine
 from ki_core.search.embedded import EmbeddedIndex
 from ki_core.search.index import SearchIndex
 
@@ -81,3 +86,22 @@ def make_backend(name: str, path: Path) -> tuple[Backend, Callable[[], None]]:
     if name == "embedded":
         return embedded_backend(path), lambda: None
     return opensearch_backend()
+
+
+@contextmanager
+def store_beside_index(name: str, sqlite_template: Path, root: Path, dims: int = DIMS) -> Iterator[tuple[Session, SearchIndex]]:
+    """A copy of the migrated SQLite template in ROOT and an empty index of backend NAME beside it, both
+    closed (and the OpenSearch index deleted) on exit: the world of a module-scoped retrieval fixture."""
+    shutil.copyfile(sqlite_template, root / "ki.db")
+    engine = make_engine(f"sqlite:///{root / 'ki.db'}")
+    session = Session(bind=engine)
+    backend, cleanup = make_backend(name, root / "index")
+    try:
+        index = backend.open(dims)
+        index.ensure()
+        yield session, index
+    finally:
+        backend.close_all()
+        cleanup()
+        session.close()
+        engine.dispose()
