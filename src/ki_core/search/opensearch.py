@@ -85,9 +85,15 @@ STORED_FIELDS = [name for name in IndexChunk.model_fields if name not in ("text"
 
 _KEYWORD = {"type": "keyword"}
 # The filter columns plus the identifier-derived and the inspection-only keyword fields.
-_KEYWORD_FIELDS = (
-    *FILTER_KEYWORD_FIELDS, *DERIVED_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals"
-)
+_KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, *DERIVED_KEYWORD_FIELDS, "identifiers")
+# The access projection (retrieval.md: "for inspection and export only"; the scope that filters is
+# compiled in SQL to projects and documents) is one small document per version in a companion index
+# `<index>-access` behind the alias `<alias>-access`, never a field of the chunks: a partial update of
+# a chunk rewrites the whole document, vector included, into the HNSW graph (bench/bare_node.py (c):
+# ~300 chunk updates/s on a 2-core node), while an access-only change now writes one tiny document
+# per version and leaves every chunk, its vector and its graph node as they were.
+ACCESS_SUFFIX = "-access"
+ACCESS_FIELDS = ("allowed_principals", "denied_principals", "access_version")
 # A cardinality aggregation counts exactly up to this many distinct values (the most OpenSearch allows).
 CARDINALITY_PRECISION = 40_000
 
@@ -155,7 +161,6 @@ def mapping_properties(retrieval: RetrievalSettings, dimensions: int) -> dict[st
         },
         "doc_date": {"type": "date", "format": "strict_date"},
         "identifiers_text": {"type": "text", "analyzer": IDENTIFIER_ANALYZER},
-        "access_version": {"type": "integer"},
         "meta": {"type": "object", "enabled": False},
     }
     properties.update({name: dict(_KEYWORD) for name in _KEYWORD_FIELDS})
@@ -202,6 +207,21 @@ def index_body(
     }
     if alias:
         body["aliases"] = {alias: {}}
+    return body
+
+
+def access_index_body(opensearch: OpenSearchSettings, alias: str | None) -> dict[str, Any]:
+    """The companion index of one chunk index: one document per version, id = version id."""
+    keyword = dict(_KEYWORD)
+    body: dict[str, Any] = {
+        "settings": {"index": {"number_of_shards": 1, "number_of_replicas": opensearch.number_of_replicas}},
+        "mappings": {"dynamic": False, "properties": {
+            "document_id": keyword, "document_version_id": keyword, "allowed_principals": keyword,
+            "denied_principals": keyword, "access_version": {"type": "integer"},
+        }},
+    }  # fmt: skip
+    if alias:
+        body["aliases"] = {alias + ACCESS_SUFFIX: {}}
     return body
 
 
@@ -459,13 +479,13 @@ def cosine_from_knn_score(score: float, space_type: str) -> float:
 
 
 def chunk_document(chunk: IndexChunk) -> dict[str, Any]:
-    """The _source of one chunk: every field of the spec's table, nulls left out."""
-    document = chunk.model_dump(exclude_none=True)
+    """The _source of one chunk: every field of the spec's table but the access projection, nulls left out."""
+    document = chunk.model_dump(exclude_none=True, exclude=set(ACCESS_FIELDS))
     document["embedding"] = list(chunk.embedding)
     document["identifiers_text"] = chunk.identifiers_text
     if chunk.doc_date is not None:
         document["doc_date"] = chunk.doc_date.isoformat()
-    for name in ("doc_type_ancestors", "identifiers", "allowed_principals", "denied_principals"):
+    for name in ("doc_type_ancestors", "identifiers"):
         document[name] = list(document[name])
     document["identifier_values"] = list(chunk.identifier_values)
     document["courts"] = list(chunk.courts)
@@ -480,37 +500,71 @@ def access_document(projection: AccessProjection) -> dict[str, Any]:
     }
 
 
-def bulk_lines(operations: Iterable[BulkOperation]) -> list[dict[str, Any]]:
-    """_bulk action/source lines; the index comes from the URL (the alias)."""
+def chunk_access_document(chunk: IndexChunk) -> dict[str, Any]:
+    """A written chunk's version projection, whole (with the document id `delete_document` finds it by)."""
+    return {
+        "document_id": chunk.document_id,
+        "document_version_id": chunk.document_version_id,
+        "allowed_principals": list(chunk.allowed_principals),
+        "denied_principals": list(chunk.denied_principals),
+        "access_version": chunk.access_version,
+    }
+
+
+def bulk_lines(operations: Iterable[BulkOperation], access_index: str) -> list[dict[str, Any]]:
+    """_bulk action/source lines; chunk lines address the URL's index (the alias), the projection
+    lines `access_index`, one per version after the chunk lines (last write of a version wins).
+    An access-only change is an upsert of the version's projection alone (its document id stays)."""
     lines: list[dict[str, Any]] = []
+    projections: dict[str, list[dict[str, Any]]] = {}
     for op in operations:
         if isinstance(op, IndexOp):
             lines += [{"index": {"_id": str(op.chunk.chunk_id)}}, chunk_document(op.chunk)]
+            header = {"index": {"_index": access_index, "_id": op.chunk.document_version_id}}
+            projections[op.chunk.document_version_id] = [header, chunk_access_document(op.chunk)]
         elif isinstance(op, UpdateAccessOp):
-            doc = access_document(op.projection)
-            for chunk_id in op.projection.chunk_ids:
-                lines += [{"update": {"_id": str(chunk_id), "retry_on_conflict": 3}}, {"doc": doc}]
+            version = op.projection.document_version_id
+            header = {"update": {"_index": access_index, "_id": version, "retry_on_conflict": 3}}
+            projections[version] = [header, {"doc": access_document(op.projection), "doc_as_upsert": True}]
         else:
             lines.append({"delete": {"_id": str(op.chunk_id)}})
+    for pair in projections.values():
+        lines += pair
     return lines
 
 
-def bulk_failures(response: dict[str, Any]) -> dict[int, str]:
-    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure, and neither
-    is an access update of a chunk not (yet, or no longer) in the index: the write that brings it
-    reads the access fields from SQL then, and a removed one needs none."""
+def bulk_failures(response: dict[str, Any], chunks_of: dict[str, tuple[int, ...]] | None = None) -> dict[int, str]:
+    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure. The last
+    len(chunks_of) items are the versions' projections (bulk_lines' order): a failed one counts for
+    its version's chunks."""
     if not response.get("errors"):
         return {}
+    items = response["items"]
+    versions = list(chunks_of or {})
     failed: dict[int, str] = {}
-    for item in response["items"]:
-        ((action, result),) = item.items()
+    for position, item in enumerate(items):
+        ((_action, result),) = item.items()
         error = result.get("error")
-        if action == "update" and isinstance(error, dict) and error.get("type") == "document_missing_exception":
+        if not error:
             continue
-        if error:
-            reason = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
+        reason = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
+        projection = position - (len(items) - len(versions))
+        if projection >= 0:
+            failed.update(dict.fromkeys((chunks_of or {})[versions[projection]], f"access projection: {reason}"))
+        else:
             failed[int(result["_id"])] = reason
     return failed
+
+
+def versions_in(operations: Iterable[BulkOperation]) -> dict[str, tuple[int, ...]]:
+    """{version id: its chunk ids} of one request, to name a failed projection's chunks."""
+    chunks: dict[str, list[int]] = {}
+    for op in operations:
+        if isinstance(op, IndexOp):
+            chunks.setdefault(op.chunk.document_version_id, []).append(op.chunk.chunk_id)
+        elif isinstance(op, UpdateAccessOp):
+            chunks.setdefault(op.projection.document_version_id, []).extend(op.projection.chunk_ids)
+    return {version: tuple(ids) for version, ids in chunks.items()}
 
 
 def _chunk_ids_repeat(batches: list[list[BulkOperation]]) -> bool:
@@ -592,6 +646,8 @@ class OpenSearchIndex:
     ):
         self.client = client
         self.alias = alias
+        # The version projections of this index's chunks (ACCESS_SUFFIX); created and swapped with it.
+        self.access_alias = alias + ACCESS_SUFFIX
         self.dimensions = dimensions
         self.signature = signature
         self.retrieval = retrieval
@@ -623,14 +679,20 @@ class OpenSearchIndex:
             missing = missing_properties(live, wanted)
             if missing:
                 self._call(self.client.indices.put_mapping, index=concrete, body={"properties": missing})
+        self._ensure_access_index()
 
     def _create(self, name: str, alias: str | None, bulk_load: bool = False) -> None:
+        """The chunk index `name` and its projection index `name-access` (aliases `alias`, `alias-access`)."""
         body = index_body(self.retrieval, self.opensearch, self.dimensions, alias)
         if self.expected_signature is not None:
             body["mappings"]["_meta"] = {SIGNATURE_META: self.expected_signature.model_dump()}
         if bulk_load:
             # No periodic refresh while `ki reindex` fills it (nobody searches it yet); end_bulk_load restores it.
             body["settings"]["index"]["refresh_interval"] = "-1"
+        self._create_index(name + ACCESS_SUFFIX, access_index_body(self.opensearch, alias))
+        self._create_index(name, body)
+
+    def _create_index(self, name: str, body: dict[str, Any]) -> None:
         try:
             self.client.indices.create(index=name, body=body)
         except RequestError as exc:
@@ -638,6 +700,17 @@ class OpenSearchIndex:
                 raise SearchBackendError(f"creating index {name} failed: {exc}") from exc
         except OpenSearchException as exc:
             raise SearchBackendError(f"creating index {name} failed: {exc}") from exc
+
+    def _ensure_access_index(self) -> None:
+        """An index built before the projection moved out of the chunks gets its companion (empty: the
+        chunks' own old fields answer `stored_fields` until the version's next write or access change)."""
+        if self._call(self.client.indices.exists, index=self.access_alias):
+            return
+        targets = self.alias_targets()
+        if targets:
+            self._create_index(targets[0] + ACCESS_SUFFIX, access_index_body(self.opensearch, self.alias))
+        else:
+            self._create_index(self.access_alias, access_index_body(self.opensearch, None))
 
     def _raise_if_rebuilt_for_another_embedder(self, error: SearchBackendError) -> None:
         """A failed k-NN leg after `ki reindex` swapped the alias to an index of another dimension:
@@ -748,21 +821,28 @@ class OpenSearchIndex:
         return sorted(self._call(self.client.indices.get_alias, name=self.alias))
 
     def swap_alias(self, new_name: str) -> None:
-        """Point the alias at new_name in one atomic _aliases call, then delete the old index."""
+        """Point the alias (and its projection alias) at new_name in one atomic _aliases call, then
+        delete the old indices."""
         old = self.alias_targets()
-        actions: list[dict[str, Any]] = [{"add": {"index": new_name, "alias": self.alias}}]
+        actions: list[dict[str, Any]] = [{"add": {"index": new_name, "alias": self.alias}},
+                                         {"add": {"index": new_name + ACCESS_SUFFIX, "alias": self.access_alias}}]  # fmt: skip
+        stale = [name for name in old if name != new_name]
+        stale += [name + ACCESS_SUFFIX for name in stale if self._call(self.client.indices.exists, index=name + ACCESS_SUFFIX)]
         if old:
             actions += [{"remove": {"index": name, "alias": self.alias}} for name in old if name != new_name]
-        elif self._call(self.client.indices.exists, index=self.alias):
-            # A pre-alias index carries the alias's name: remove it in the same atomic call.
-            actions.append({"remove_index": {"index": self.alias}})
+            actions += [{"remove": {"index": name, "alias": self.access_alias}} for name in stale if name.endswith(ACCESS_SUFFIX)]
+        else:
+            # A pre-alias index carries the alias's name (and maybe its projection index the
+            # projection alias's): remove them in the same atomic call.
+            actions += [{"remove_index": {"index": name}} for name in (self.alias, self.access_alias)
+                        if self._call(self.client.indices.exists, index=name)]  # fmt: skip
         self._call(self.client.indices.update_aliases, body={"actions": actions})
-        stale = [name for name in old if name != new_name]
         if stale:
             self._call(self.client.indices.delete, index=",".join(stale))
 
     def refresh(self) -> None:
-        self._call(self.client.indices.refresh, index=self.alias)
+        self._call(self.client.indices.refresh, index=f"{self.alias},{self.access_alias}",
+                   params={"ignore_unavailable": "true"})  # fmt: skip
 
     def close(self) -> None:
         self.client.close()
@@ -772,16 +852,18 @@ class OpenSearchIndex:
     def bulk(self, operations: Iterable[BulkOperation]) -> None:
         self._check_signature(writing=True)
         failed: dict[int, str] = {}
-        for response in self._bulk_responses(list(_batches(list(operations), BULK_BATCH_ITEMS))):
-            failed.update(bulk_failures(response))
+        for batch_failed in self._bulk_responses(list(_batches(list(operations), BULK_BATCH_ITEMS))):
+            failed.update(batch_failed)
         if failed:
             raise BulkFailure(failed)
 
-    def _bulk_responses(self, batches: list[list[BulkOperation]]) -> list[dict[str, Any]]:
+    def _bulk_responses(self, batches: list[list[BulkOperation]]) -> list[dict[int, str]]:
         """Up to opensearch.bulk_concurrency requests in flight; in order, one at a time, when a chunk
-        id is in more than one operation (a write then a delete of it must arrive in that order)."""
-        def send(batch: list[BulkOperation]) -> dict[str, Any]:
-            return self._call(self.client.bulk, body=bulk_lines(batch), index=self.alias)
+        id is in more than one operation (a write then a delete of it must arrive in that order).
+        Each request's failed chunk ids."""
+        def send(batch: list[BulkOperation]) -> dict[int, str]:
+            response = self._call(self.client.bulk, body=bulk_lines(batch, self.access_alias), index=self.alias)
+            return bulk_failures(response, versions_in(batch))
 
         workers = min(self.opensearch.bulk_concurrency, len(batches))
         if workers <= 1 or _chunk_ids_repeat(batches):
@@ -803,6 +885,9 @@ class OpenSearchIndex:
         )
         if response.get("failures"):
             raise SearchBackendError(f"deleting document {document_id} failed: {response['failures'][:3]}")
+        self._call(self.client.delete_by_query, index=self.access_alias,
+                   body={"query": {"term": {"document_id": document_id}}},
+                   params={"conflicts": "proceed", "ignore_unavailable": "true"})  # fmt: skip
 
     # ---------------------------------------------------------------- reads
 
@@ -864,13 +949,7 @@ class OpenSearchIndex:
 
     def stored_fields(self, chunk_id: int) -> dict[str, Any] | None:
         """Every indexed field of a chunk except text and vector (inspection and export)."""
-        response = self._call(
-            self.client.get,
-            index=self.alias,
-            id=str(chunk_id),
-            params={"_source_excludes": "embedding,text,identifiers_text", "ignore": 404},
-        )
-        return stored_fields_from_source(response["_source"]) if response.get("found") else None
+        return self.stored_fields_of([chunk_id]).get(chunk_id)
 
     def stored_fields_of(self, chunk_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         """One `_mget` per MGET_BATCH_IDS chunks, never one GET per chunk."""
@@ -887,7 +966,23 @@ class OpenSearchIndex:
                 if doc.get("error"):
                     raise SearchBackendError(f"OpenSearch mget on index {self.alias} failed for {doc['_id']}: {doc['error']}")
                 if doc.get("found"):
-                    found[int(doc["_id"])] = stored_fields_from_source(doc["_source"])
+                    found[int(doc["_id"])] = doc["_source"]
+        projections = self._projections({source["document_version_id"] for source in found.values()})
+        return {chunk_id: stored_fields_from_source({**source, **projections.get(source["document_version_id"], {})})
+                for chunk_id, source in found.items()}  # fmt: skip
+
+    def _projections(self, version_ids: set[str]) -> dict[str, dict[str, Any]]:
+        """{version id: its access projection} from the projection index (absent there: nothing)."""
+        ids = sorted(version_ids)
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), MGET_BATCH_IDS):
+            response = self._call(self.client.mget, index=self.access_alias, body={"ids": ids[start : start + MGET_BATCH_IDS]},
+                                  params={"_source_includes": ",".join(ACCESS_FIELDS), "ignore": 404})  # fmt: skip
+            for doc in response.get("docs", ()):  # none: no projection index (not yet ensured)
+                if doc.get("error"):
+                    raise SearchBackendError(f"OpenSearch mget on index {self.access_alias} failed for {doc['_id']}: {doc['error']}")
+                if doc.get("found"):
+                    found[doc["_id"]] = doc["_source"]
         return found
 
     def cosine(self, score: float) -> float:
