@@ -145,8 +145,9 @@ def test_reconcile_repairs_missing_stale_and_orphaned_rows_without_embedding(dms
     index.bulk([
         DeleteOp(chunks[missing.id][0].id),
         IndexOp(orphan),
-        UpdateAccessOp(AccessProjection(document_version_id=stale.id, chunk_ids=tuple(c.id for c in chunks[stale.id]),
-                                        allowed_principals=("mallory",), denied_principals=(), access_version=-1)),
+        UpdateAccessOp(AccessProjection(document_id=stale.document_id, document_version_id=stale.id,
+                                        chunk_ids=tuple(c.id for c in chunks[stale.id]), allowed_principals=("mallory",),
+                                        denied_principals=(), access_version=-1)),
     ])
     index.refresh()
     embedded = dms.embedder().passages

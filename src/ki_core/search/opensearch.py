@@ -492,44 +492,42 @@ def chunk_document(chunk: IndexChunk) -> dict[str, Any]:
     return document
 
 
-def access_document(projection: AccessProjection) -> dict[str, Any]:
+def projection_document(projection: AccessProjection) -> dict[str, Any]:
+    """One version's access projection, whole: `delete_document` finds it by its document id."""
     return {
+        "document_id": projection.document_id,
+        "document_version_id": projection.document_version_id,
         "allowed_principals": list(projection.allowed_principals),
         "denied_principals": list(projection.denied_principals),
         "access_version": projection.access_version,
     }
 
 
-def chunk_access_document(chunk: IndexChunk) -> dict[str, Any]:
-    """A written chunk's version projection, whole (with the document id `delete_document` finds it by)."""
-    return {
-        "document_id": chunk.document_id,
-        "document_version_id": chunk.document_version_id,
-        "allowed_principals": list(chunk.allowed_principals),
-        "denied_principals": list(chunk.denied_principals),
-        "access_version": chunk.access_version,
-    }
+def chunk_projection(chunk: IndexChunk) -> AccessProjection:
+    """The projection a written chunk carries for its version."""
+    return AccessProjection(
+        document_id=chunk.document_id, document_version_id=chunk.document_version_id, chunk_ids=(chunk.chunk_id,),
+        allowed_principals=chunk.allowed_principals, denied_principals=chunk.denied_principals,
+        access_version=chunk.access_version,
+    )  # fmt: skip
 
 
 def bulk_lines(operations: Iterable[BulkOperation], access_index: str) -> list[dict[str, Any]]:
     """_bulk action/source lines; chunk lines address the URL's index (the alias), the projection
-    lines `access_index`, one per version after the chunk lines (last write of a version wins).
-    An access-only change is an upsert of the version's projection alone (its document id stays)."""
+    lines `access_index`: one per version, after the chunk lines, the last of the version's operations
+    winning. A written chunk and an access-only change write the same whole projection document."""
     lines: list[dict[str, Any]] = []
-    projections: dict[str, list[dict[str, Any]]] = {}
+    projections: dict[str, AccessProjection] = {}
     for op in operations:
         if isinstance(op, IndexOp):
             lines += [{"index": {"_id": str(op.chunk.chunk_id)}}, chunk_document(op.chunk)]
-            header = {"index": {"_index": access_index, "_id": op.chunk.document_version_id}}
-            projections[op.chunk.document_version_id] = [header, chunk_access_document(op.chunk)]
+            projections[op.chunk.document_version_id] = chunk_projection(op.chunk)
         elif isinstance(op, UpdateAccessOp):
-            version = op.projection.document_version_id
-            header = {"update": {"_index": access_index, "_id": version, "retry_on_conflict": 3}}
-            projections[version] = [header, {"doc": access_document(op.projection), "doc_as_upsert": True}]
+            projections[op.projection.document_version_id] = op.projection
         else:
             lines.append({"delete": {"_id": str(op.chunk_id)}})
-    for pair in projections.values():
-        lines += pair
+    for version, projection in projections.items():
+        lines += [{"index": {"_index": access_index, "_id": version}}, projection_document(projection)]
     return lines
 
 

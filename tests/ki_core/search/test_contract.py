@@ -307,7 +307,7 @@ def test_access_only_update_changes_the_projection_and_leaves_text_and_vector(lo
     semantic_before = search(loaded_index, vector=BY_ID[102].embedding).hits(Leg.SEMANTIC)[0]
 
     projection = AccessProjection(  # a version's projection names all its chunks (ki_workers.stages.access)
-        document_version_id="ver-mv-1-b", chunk_ids=tuple(range(101, 107)), allowed_principals=("user:anna",),
+        document_id="doc-mv-1", document_version_id="ver-mv-1-b", chunk_ids=tuple(range(101, 107)), allowed_principals=("user:anna",),
         denied_principals=("group:extern",), access_version=7,
     )  # fmt: skip
     loaded_index.update_access([projection])
@@ -339,7 +339,7 @@ def test_access_update_of_a_chunk_not_in_the_index_is_no_error_and_updates_the_r
     """A revocation racing the first write of a version (or its removal) meets chunks the index does not
     hold: the write that brings them reads the access fields from SQL, so skipping them loses nothing."""
     projection = AccessProjection(
-        document_version_id="ver-kv-2-a", chunk_ids=(127, 99999), allowed_principals=("user:bo",),
+        document_id="doc-kv-2", document_version_id="ver-kv-2-a", chunk_ids=(127, 99999), allowed_principals=("user:bo",),
         denied_principals=(), access_version=3,
     )  # fmt: skip
     loaded_index.update_access([projection])
