@@ -145,7 +145,7 @@ def test_ensure_creates_the_signature_index_with_the_alias_and_the_spec_mapping(
                 },
             },
         },
-        "mappings": {"dynamic": False, "properties": EXPECTED_PROPERTIES},
+        "mappings": {"dynamic": False, "_source": {"excludes": ["embedding"]}, "properties": EXPECTED_PROPERTIES},
         "aliases": {ALIAS: {}},
     }
 
