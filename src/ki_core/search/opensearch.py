@@ -694,8 +694,11 @@ class OpenSearchIndex:
         if self.expected_signature is not None:
             body["mappings"]["_meta"] = {SIGNATURE_META: self.expected_signature.model_dump()}
         if bulk_load:
-            # No periodic refresh while `ki reindex` fills it (nobody searches it yet); end_bulk_load restores it.
+            # While `ki reindex` fills it nobody searches it: no periodic refresh, and no replica (each
+            # replica would build its own HNSW graphs of every chunk; one copied from the finished
+            # primary's files costs no graph building). end_bulk_load restores both.
             body["settings"]["index"]["refresh_interval"] = "-1"
+            body["settings"]["index"]["number_of_replicas"] = 0
         self._create_index(name + ACCESS_SUFFIX, access_index_body(self.opensearch, alias))
         self._create_index(name, body)
 
@@ -817,8 +820,10 @@ class OpenSearchIndex:
         )
 
     def end_bulk_load(self) -> None:
-        """The default refresh interval again, and one refresh: the index is about to go live."""
-        self._call(self.client.indices.put_settings, index=self.alias, body={"index": {"refresh_interval": None}})
+        """The default refresh interval and the configured replicas again, and one refresh: the index is
+        about to go live (its replicas recover from the primary's files while it serves)."""
+        body = {"index": {"refresh_interval": None, "number_of_replicas": self.opensearch.number_of_replicas}}
+        self._call(self.client.indices.put_settings, index=self.alias, body=body)
         self.refresh()
 
     def alias_targets(self) -> list[str]:

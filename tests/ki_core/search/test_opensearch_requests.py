@@ -220,13 +220,21 @@ def test_rebuild_creates_a_bare_index_and_swap_moves_the_alias_then_deletes_the_
     assert fresh.alias == new and fresh.access_alias == f"{new}-access"
     assert sent(script)[2:4] == [("PUT", f"/{new}-access"), ("PUT", f"/{new}")]
     assert "aliases" not in script.sent[2].body and "aliases" not in script.sent[3].body
-    assert script.sent[3].body["settings"]["index"]["refresh_interval"] == "-1"  # a bulk load: no periodic refresh
+    # A bulk load: no periodic refresh and no replica building its own graphs (end_bulk_load restores both).
+    assert script.sent[3].body["settings"]["index"]["refresh_interval"] == "-1"
+    assert script.sent[3].body["settings"]["index"]["number_of_replicas"] == 0
     index.swap_alias(new)
     assert sent(script)[-2:] == [("POST", "/_aliases"), ("DELETE", f"/{old},{old}-access")]
     assert script.sent[-2].body == {"actions": [
         {"add": {"index": new, "alias": ALIAS}}, {"add": {"index": f"{new}-access", "alias": f"{ALIAS}-access"}},
         {"remove": {"index": old, "alias": ALIAS}}, {"remove": {"index": f"{old}-access", "alias": f"{ALIAS}-access"}},
     ]}  # fmt: skip
+
+
+def test_end_of_a_bulk_load_restores_the_refresh_interval_and_the_configured_replicas(script: Script) -> None:
+    script.reply("PUT", f"/{ALIAS}/_settings").reply("POST", f"/{ALIAS},{ALIAS}-access/_refresh")
+    make_index(script).end_bulk_load()
+    assert script.sent[0].body == {"index": {"refresh_interval": None, "number_of_replicas": 1}}
 
 
 def test_swap_replaces_a_pre_alias_index_of_the_same_name_atomically(script: Script) -> None:
