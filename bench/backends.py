@@ -55,7 +55,7 @@ def opensearch_settings(url: str, dims: int, alias: str) -> Settings:
         search={
             "backend": "opensearch",
             "opensearch": {"hosts": [url], "number_of_replicas": 0, "number_of_shards": 1,
-                           "timeout_seconds": BENCH_TIMEOUT_SECONDS},
+                           "timeout_seconds": BENCH_TIMEOUT_SECONDS, "query_timeout_seconds": BENCH_TIMEOUT_SECONDS},
         },
         retrieval={"index_name": alias},
         embedding={"provider": "hashing", "model": "bench", "dimensions": dims},

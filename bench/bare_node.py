@@ -78,8 +78,8 @@ class Node:
         self.dims = dims
         self.created: list[str] = []
 
-    def fresh(self, bulk_load: bool = True) -> str:
-        name = f"ki-bare-{uuid.uuid4().hex[:10]}"
+    def fresh(self, bulk_load: bool = True, name: str | None = None) -> str:
+        name = name or f"ki-bare-{uuid.uuid4().hex[:10]}"
         body = index_body(self.settings.retrieval, self.settings.search.opensearch, self.dims, None)
         if bulk_load:
             body["settings"]["index"]["refresh_interval"] = "-1"
@@ -330,6 +330,29 @@ def cached_vectors(database: Path) -> np.ndarray:
     return np.stack([np.frombuffer(blob, dtype="<f4") for (blob,) in rows]).astype(np.float32)
 
 
+def loaded_index(node: Node, chunks: list, keep: str | None) -> tuple[str, int]:
+    """The index (b)-(d) read and how many of the chunks it holds: fresh and deleted at the end, or
+    `keep`, reused when it holds the first K chunks (chunk ids 1..K: a load of this corpus that was
+    stopped; a 100,000-chunk load on a busy shared 2-core node takes longer than the measurements)."""
+    if keep and node.client.indices.exists(index=keep):
+        node.client.indices.refresh(index=keep)
+        held = node.client.count(index=keep)["count"]
+        highest = node.client.search(index=keep, body={"size": 0, "aggs": {"top": {"max": {"field": "chunk_id"}}}})
+        if 0 < held <= len(chunks) and int(highest["aggregations"]["top"]["value"]) == held:
+            print(f"\nreusing index {keep}: the first {held:,} of the {len(chunks):,} chunks; {load()}", flush=True)
+            return keep, held
+        node.client.indices.delete(index=f"{keep},{keep}{ACCESS_SUFFIX}", params={"ignore_unavailable": "true"})
+    name = node.fresh(name=keep)
+    if keep:
+        node.created.remove(keep)
+    started = time.perf_counter()
+    node.product(name).bulk(IndexOp(c) for c in chunks)
+    node.client.indices.refresh(index=name)
+    print(f"\nproduct bulk of the {len(chunks):,} chunks for (b)-(d): {len(chunks) / (time.perf_counter() - started):,.0f} "
+          f"chunks/s (refresh_interval -1, one refresh); {load()}", flush=True)  # fmt: skip
+    return name, len(chunks)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=10_000)
@@ -341,6 +364,7 @@ def main() -> int:
     parser.add_argument("--e5", type=Path, help="npz of e5 vectors and texts, or a ki embedding cache directory "
                         "(KI_EMBEDDING__CACHE_DIR of an e5-small run, read-only): recall on real vectors")
     parser.add_argument("--bulk-n", type=int, help="chunks per load in (a) (default --n)")
+    parser.add_argument("--keep-index", help="index name for (b)-(d), kept at the end and reused when it holds --n chunks")
     parser.add_argument("--embedded", action="store_true", help="(b) also runs the embedded backend on the same chunks")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--opensearch-url", default=backends.DEFAULT_OPENSEARCH_URL)
@@ -358,12 +382,8 @@ def main() -> int:
             bench_bulk(node, chunks[: args.bulk_n or args.n], args.rounds, args.bulk_batches)
         if not set(args.only) & set("bcd"):
             return 0
-        name = node.fresh()
-        started = time.perf_counter()
-        node.product(name).bulk(IndexOp(c) for c in chunks)
-        node.client.indices.refresh(index=name)
-        print(f"\nproduct bulk of the {args.n:,} chunks for (b)-(d): {args.n / (time.perf_counter() - started):,.0f} "
-              f"chunks/s (refresh_interval -1, one refresh); {load()}", flush=True)  # fmt: skip
+        name, held = loaded_index(node, chunks, args.keep_index)
+        chunks, corpus.vectors = chunks[:held], corpus.vectors[:held]
         if "b" in args.only:
             with tempfile.TemporaryDirectory(prefix="ki-bare-embedded-") as scratch:
                 embedded = load_embedded(Path(scratch), chunks, args.dims) if args.embedded else None
@@ -374,7 +394,7 @@ def main() -> int:
             bench_access(node, name, corpus, args.access_docs, args.rounds, rng)
         if "d" in args.only:
             bench_recall(node, name, corpus, corpus.vectors, args.recall_queries,
-                         f"{args.n:,} random {args.dims}-d vectors", rng)  # fmt: skip
+                         f"{len(chunks):,} random {args.dims}-d vectors", rng)  # fmt: skip
             if args.e5:
                 e5, count = e5_corpus(args.e5, args.data, np.random.default_rng(4))
                 e5_node = Node(args.opensearch_url, e5.vectors.shape[1])
