@@ -19,7 +19,7 @@ from typing import Any
 
 from ki_core.config import Settings
 from ki_core.search.index import open_index
-from ki_core.search.opensearch import OpenSearchIndex, signature_index_name
+from ki_core.search.opensearch import ACCESS_SUFFIX, OpenSearchIndex, signature_index_name
 
 CHOICES = ("embedded", "opensearch", "both")
 DEFAULT_OPENSEARCH_URL = "http://127.0.0.1:9200"
@@ -55,7 +55,7 @@ def opensearch_settings(url: str, dims: int, alias: str) -> Settings:
         search={
             "backend": "opensearch",
             "opensearch": {"hosts": [url], "number_of_replicas": 0, "number_of_shards": 1,
-                           "timeout_seconds": BENCH_TIMEOUT_SECONDS},
+                           "timeout_seconds": BENCH_TIMEOUT_SECONDS, "query_timeout_seconds": BENCH_TIMEOUT_SECONDS},
         },
         retrieval={"index_name": alias},
         embedding={"provider": "hashing", "model": "bench", "dimensions": dims},
@@ -116,6 +116,7 @@ class BenchOpenSearch:
         self._closed = True
         try:
             names = set(self.index.alias_targets()) | {self.concrete}
+            names |= {name + ACCESS_SUFFIX for name in names}  # the projection index beside each
             self.client.indices.delete(index=",".join(sorted(names)), params={"ignore_unavailable": "true"})
             print(f"deleted OpenSearch index {', '.join(sorted(names))} (alias {self.alias})", flush=True)
         finally:

@@ -25,6 +25,7 @@ import argparse
 import os
 import random
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -37,9 +38,12 @@ from opensearchpy import helpers
 
 from ki_core.config import RetrievalSettings
 from ki_core.search.contract import IndexOp
+from ki_core.search.embedded import EmbeddedIndex
 from ki_core.search.opensearch import (
+    ACCESS_SUFFIX,
     BULK_BATCH_ITEMS,
     OpenSearchIndex,
+    access_index_body,
     chunk_document,
     filter_clauses,
     index_body,
@@ -74,12 +78,14 @@ class Node:
         self.dims = dims
         self.created: list[str] = []
 
-    def fresh(self, bulk_load: bool = True) -> str:
-        name = f"ki-bare-{uuid.uuid4().hex[:10]}"
+    def fresh(self, bulk_load: bool = True, name: str | None = None) -> str:
+        name = name or f"ki-bare-{uuid.uuid4().hex[:10]}"
         body = index_body(self.settings.retrieval, self.settings.search.opensearch, self.dims, None)
         if bulk_load:
             body["settings"]["index"]["refresh_interval"] = "-1"
         self.client.indices.create(index=name, body=body)
+        # The product's projection index beside it (bare writes leave it empty).
+        self.client.indices.create(index=name + ACCESS_SUFFIX, body=access_index_body(self.settings.search.opensearch, None))
         self.created.append(name)
         return name
 
@@ -91,7 +97,7 @@ class Node:
                                retrieval=self.settings.retrieval, opensearch=opensearch)  # fmt: skip
 
     def drop(self, name: str) -> None:
-        self.client.indices.delete(index=name, params={"ignore_unavailable": "true"})
+        self.client.indices.delete(index=f"{name},{name}{ACCESS_SUFFIX}", params={"ignore_unavailable": "true"})
         self.created.remove(name)
 
     def close(self) -> None:
@@ -168,10 +174,15 @@ def scope_of(corpus: Corpus, share: float, rng: random.Random) -> tuple[ScopeFil
     return ScopeFilter(project_ids=frozenset(f"p{p:02d}" for p in chosen)), np.isin(project_of_chunk, chosen)
 
 
-def bench_search(node: Node, name: str, corpus: Corpus, qs: list, rng: random.Random) -> None:
+def bench_search(node: Node, name: str, corpus: Corpus, qs: list, rng: random.Random,
+                 embedded: EmbeddedIndex | None) -> None:  # fmt: skip
+    """Product (OpenSearch), bare `_msearch` and, when given, the embedded backend's multi_search +
+    fusion on the same chunks, the same scope and the same requests, in turn per query (order rotated)."""
     scope, _ = scope_of(corpus, 0.10, rng)
     index = node.product(name)
-    product_ms, bare_ms = [], []
+    samples: dict[str, list[float]] = {"product multi_search + fusion (OpenSearch)": [], "bare _msearch, same bodies": []}
+    if embedded is not None:
+        samples["embedded multi_search + fusion"] = []
     for number, (text, identifier, vector) in enumerate(qs):
         request = MultiSearchRequest(query_text=f"{text} {identifier}", query_vector=tuple(vector.tolist()),
                                      scope=scope, size=RANKED_LEG_DEPTH, identifier_terms=((identifier, 1.5),),
@@ -180,25 +191,40 @@ def bench_search(node: Node, name: str, corpus: Corpus, qs: list, rng: random.Ra
         for leg in request.legs_to_send():
             bare_lines += [{"index": name}, leg_body(leg, request)]
 
-        def product() -> None:
-            result = index.multi_search(request)
+        def fused(backend: OpenSearchIndex | EmbeddedIndex, request: MultiSearchRequest = request) -> None:
+            result = backend.multi_search(request)
             fuse(result.legs, WEIGHTS, RETRIEVAL.fusion_rrf_k, RETRIEVAL.version_status_boost, request.query_text)
 
-        def bare() -> None:
-            node.client.msearch(body=bare_lines)
-
-        order: list[tuple[list[float], Callable[[], None]]] = [(product_ms, product), (bare_ms, bare)]
-        for samples, run in order if number % 2 else order[::-1]:
+        runs: list[Callable[[], None]] = [lambda: fused(index), lambda lines=bare_lines: node.client.msearch(body=lines)]
+        if embedded is not None:
+            runs.append(lambda: fused(embedded))
+        turn = number % len(runs)
+        for label, run in list(zip(samples, runs))[turn:] + list(zip(samples, runs))[:turn]:
             started = time.perf_counter()
             run()
-            samples.append((time.perf_counter() - started) * 1000)
-    print(f"\n(b) full search, 3 legs at depth {RANKED_LEG_DEPTH}, 10 % scope (5 projects), {len(qs)} queries "
-          f"interleaved; {load()}")  # fmt: skip
+            samples[label].append((time.perf_counter() - started) * 1000)
+    print(f"\n(b) full search, 3 legs at depth {RANKED_LEG_DEPTH}, 10 % scope (5 projects), {len(corpus.vectors):,} "
+          f"chunks, {len(qs)} queries interleaved; {load()}")  # fmt: skip
     print(f"  {'path':<52} {'p50 ms':>8} {'p95 ms':>8}")
-    for label, samples in (("product multi_search + fusion", product_ms), ("bare _msearch, same bodies", bare_ms)):
-        p50, p95 = p50_p95(samples)
+    for label, values in samples.items():
+        p50, p95 = p50_p95(values)
         print(f"  {label:<52} {p50:>8.1f} {p95:>8.1f}")
-    print(f"  product / bare p50: {p50_p95(product_ms)[0] / p50_p95(bare_ms)[0]:.2f}x   [{load()}]")
+    product, bare = (p50_p95(values)[0] for values in list(samples.values())[:2])
+    line = f"  product / bare p50: {product / bare:.2f}x"
+    if embedded is not None:
+        alone = p50_p95(samples["embedded multi_search + fusion"])[0]
+        line += f"; product / embedded p50: {product / alone:.2f}x; bare / embedded p50: {bare / alone:.2f}x"
+    print(f"{line}   [{load()}]")
+
+
+def load_embedded(path: Path, chunks: list, dims: int) -> EmbeddedIndex:
+    """The same chunks in the embedded backend (tantivy + faiss) in a scratch directory."""
+    embedded = EmbeddedIndex(path, dimensions=dims)
+    started = time.perf_counter()
+    embedded.bulk(IndexOp(c) for c in chunks)
+    embedded.refresh()
+    print(f"  embedded backend loaded: {len(chunks):,} chunks in {time.perf_counter() - started:.0f} s", flush=True)
+    return embedded
 
 
 # ------------------------------------------------------------------ (c) access
@@ -209,12 +235,12 @@ def bench_access(node: Node, name: str, corpus: Corpus, documents: int, rounds: 
     chunks_of: dict[int, list[int]] = {}
     for row, document in enumerate(corpus.document_of[: len(corpus.vectors)].tolist()):
         chunks_of.setdefault(document, []).append(row + 1)
-    rows = {"product update_access": [], "bare _bulk partial updates": []}
+    rows = {"product update_access (a projection per version)": [], "bare _bulk partial updates of the chunks": []}
     chunk_count = 0
     for generation in range(rounds):
         chosen = rng.sample(sorted(chunks_of), documents)
         chunk_count = sum(len(chunks_of[d]) for d in chosen)
-        projections = [AccessProjection(document_version_id=f"d{d:04d}-v1", chunk_ids=tuple(chunks_of[d]),
+        projections = [AccessProjection(document_id=f"d{d:04d}", document_version_id=f"d{d:04d}-v1", chunk_ids=tuple(chunks_of[d]),
                                         allowed_principals=(f"group:g{generation}",), denied_principals=(),
                                         access_version=generation + 10) for d in chosen]  # fmt: skip
         bare: list[dict] = []  # the product's partial-update lines (bulk_lines), written out plainly
@@ -222,14 +248,14 @@ def bench_access(node: Node, name: str, corpus: Corpus, documents: int, rounds: 
             doc = {"allowed_principals": ["bare"], "denied_principals": [], "access_version": generation + 100}
             for chunk_id in projection.chunk_ids:
                 bare += [{"update": {"_id": str(chunk_id)}}, {"doc": doc}]
-        for label, run in (("product update_access", lambda p=projections: index.update_access(p)),
-                           ("bare _bulk partial updates", lambda b=bare: node.client.bulk(body=b, index=name))):
+        for label, run in (("product update_access (a projection per version)", lambda p=projections: index.update_access(p)),
+                           ("bare _bulk partial updates of the chunks", lambda b=bare: node.client.bulk(body=b, index=name))):
             started = time.perf_counter()
             run()
             rows[label].append(documents / (time.perf_counter() - started))
     print(f"\n(c) access-only change of {documents} documents ({chunk_count} chunks), {rounds} rounds; {load()}")
     for label, rates in rows.items():
-        print(f"  {label:<40} {statistics.median(rates):>10,.0f} documents/s   ({', '.join(f'{r:,.0f}' for r in rates)})")
+        print(f"  {label:<52} {statistics.median(rates):>10,.0f} documents/s   ({', '.join(f'{r:,.0f}' for r in rates)})")
     print(f"  [{load()}]")
 
 
@@ -279,12 +305,52 @@ def bench_recall(node: Node, name: str, corpus: Corpus, vectors: np.ndarray, cou
 
 
 def e5_corpus(path: Path, data: Path, rng: np.random.Generator) -> tuple[Corpus, int]:
-    """The statute Absätze embedded with e5-small (vectors and their texts), as a Corpus of that size."""
-    saved = np.load(path, allow_pickle=True)
-    vectors = saved["vectors"].astype(np.float32)
+    """Real e5-small vectors as a Corpus of that size: from an npz (vectors and their texts) or, for a
+    directory, every vector of ki's embedding cache there (`embeddings.sqlite3`, opened read-only; it
+    keeps no texts, so the chunks carry other statute texts: (d) reads only the kNN leg)."""
+    texts: list[str] | None = None
+    if path.is_dir():
+        vectors = cached_vectors(path / "embeddings.sqlite3")
+    else:
+        saved = np.load(path, allow_pickle=True)
+        vectors, texts = saved["vectors"].astype(np.float32), [str(t) for t in saved["texts"]]
     corpus = build_corpus(len(vectors), vectors.shape[1], data, rng)
-    corpus.texts, corpus.vectors = [str(t) for t in saved["texts"]], vectors
+    corpus.vectors = vectors
+    corpus.texts = texts or corpus.texts
     return corpus, len(vectors)
+
+
+def cached_vectors(database: Path) -> np.ndarray:
+    """The e5 vectors of ki's embedding cache (float32 little-endian blobs), in key order."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+        rows = connection.execute(
+            "SELECT vector FROM vectors WHERE signature LIKE 'e5-small:%' ORDER BY text_sha256").fetchall()
+    return np.stack([np.frombuffer(blob, dtype="<f4") for (blob,) in rows]).astype(np.float32)
+
+
+def loaded_index(node: Node, chunks: list, keep: str | None) -> tuple[str, int]:
+    """The index (b)-(d) read and how many of the chunks it holds: fresh and deleted at the end, or
+    `keep`, reused when it holds the first K chunks (chunk ids 1..K: a load of this corpus that was
+    stopped; a 100,000-chunk load on a busy shared 2-core node takes longer than the measurements)."""
+    if keep and node.client.indices.exists(index=keep):
+        node.client.indices.refresh(index=keep)
+        held = node.client.count(index=keep)["count"]
+        highest = node.client.search(index=keep, body={"size": 0, "aggs": {"top": {"max": {"field": "chunk_id"}}}})
+        if 0 < held <= len(chunks) and int(highest["aggregations"]["top"]["value"]) == held:
+            print(f"\nreusing index {keep}: the first {held:,} of the {len(chunks):,} chunks; {load()}", flush=True)
+            return keep, held
+        node.client.indices.delete(index=f"{keep},{keep}{ACCESS_SUFFIX}", params={"ignore_unavailable": "true"})
+    name = node.fresh(name=keep)
+    if keep:
+        node.created.remove(keep)
+    started = time.perf_counter()
+    node.product(name).bulk(IndexOp(c) for c in chunks)
+    node.client.indices.refresh(index=name)
+    print(f"\nproduct bulk of the {len(chunks):,} chunks for (b)-(d): {len(chunks) / (time.perf_counter() - started):,.0f} "
+          f"chunks/s (refresh_interval -1, one refresh); {load()}", flush=True)  # fmt: skip
+    return name, len(chunks)
 
 
 def main() -> int:
@@ -295,7 +361,11 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--recall-queries", type=int, default=20)
     parser.add_argument("--access-docs", type=int, default=200)
-    parser.add_argument("--e5", type=Path, help="npz of e5 vectors and texts (recall on real vectors)")
+    parser.add_argument("--e5", type=Path, help="npz of e5 vectors and texts, or a ki embedding cache directory "
+                        "(KI_EMBEDDING__CACHE_DIR of an e5-small run, read-only): recall on real vectors")
+    parser.add_argument("--bulk-n", type=int, help="chunks per load in (a) (default --n)")
+    parser.add_argument("--keep-index", help="index name for (b)-(d), kept at the end and reused when it holds --n chunks")
+    parser.add_argument("--embedded", action="store_true", help="(b) also runs the embedded backend on the same chunks")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--opensearch-url", default=backends.DEFAULT_OPENSEARCH_URL)
     parser.add_argument("--only", default="abcd", help="which tables, e.g. 'bd'")
@@ -309,17 +379,22 @@ def main() -> int:
     node = Node(args.opensearch_url, args.dims)
     try:
         if "a" in args.only:
-            bench_bulk(node, chunks, args.rounds, args.bulk_batches)
-        name = node.fresh(bulk_load=False)
-        node.product(name).bulk(IndexOp(c) for c in chunks)
-        node.client.indices.refresh(index=name)
+            bench_bulk(node, chunks[: args.bulk_n or args.n], args.rounds, args.bulk_batches)
+        if not set(args.only) & set("bcd"):
+            return 0
+        name, held = loaded_index(node, chunks, args.keep_index)
+        chunks, corpus.vectors = chunks[:held], corpus.vectors[:held]
         if "b" in args.only:
-            bench_search(node, name, corpus, queries(corpus, args.queries, rng, args.dims), rng)
+            with tempfile.TemporaryDirectory(prefix="ki-bare-embedded-") as scratch:
+                embedded = load_embedded(Path(scratch), chunks, args.dims) if args.embedded else None
+                bench_search(node, name, corpus, queries(corpus, args.queries, rng, args.dims), rng, embedded)
+                if embedded is not None:
+                    embedded.close()
         if "c" in args.only:
             bench_access(node, name, corpus, args.access_docs, args.rounds, rng)
         if "d" in args.only:
             bench_recall(node, name, corpus, corpus.vectors, args.recall_queries,
-                         f"{args.n:,} random {args.dims}-d vectors", rng)  # fmt: skip
+                         f"{len(chunks):,} random {args.dims}-d vectors", rng)  # fmt: skip
             if args.e5:
                 e5, count = e5_corpus(args.e5, args.data, np.random.default_rng(4))
                 e5_node = Node(args.opensearch_url, e5.vectors.shape[1])

@@ -478,7 +478,7 @@ def bench_access_updates(target: Target, corpus: Corpus, documents: int = 50, la
     index = target.index
     for document in random.Random(1).sample(range(DOCUMENTS), documents):
         chunk_ids = tuple(int(i) + 1 for i in np.flatnonzero(corpus.document_of == document))
-        projection = AccessProjection(document_version_id=f"d{document:04d}-v1", chunk_ids=chunk_ids,
+        projection = AccessProjection(document_id=f"d{document:04d}", document_version_id=f"d{document:04d}-v1", chunk_ids=chunk_ids,
                                       allowed_principals=("user:bench",), denied_principals=(), access_version=2)  # fmt: skip
         ms, _ = timed(lambda: index.update_access([projection]))
         samples.append(ms)

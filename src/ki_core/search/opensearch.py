@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from typing import Any
 
+import orjson
 from opensearchpy import OpenSearch
 from opensearchpy.exceptions import OpenSearchException, RequestError
 
@@ -95,9 +96,16 @@ STORED_FIELDS = [name for name in IndexChunk.model_fields if name not in ("text"
 
 _KEYWORD = {"type": "keyword"}
 # The filter columns plus the identifier-derived and the inspection-only keyword fields.
-_KEYWORD_FIELDS = (
-    *FILTER_KEYWORD_FIELDS, *DERIVED_KEYWORD_FIELDS, "identifiers", "allowed_principals", "denied_principals"
-)
+_KEYWORD_FIELDS = (*FILTER_KEYWORD_FIELDS, *DERIVED_KEYWORD_FIELDS, "identifiers")
+# The access projection (retrieval.md: "for inspection and export only"; the scope that filters is
+# compiled in SQL to projects and documents) is one small document per version in a companion index
+# `<index>-access` behind the alias `<alias>-access`, never a field of the chunks: a partial update of
+# a chunk rewrites the whole document, vector included, into the HNSW graph (bench/bare_node.py (c),
+# 1,000 documents on a loaded 2-core node: 32 documents/s by partial updates of their chunks, 3,392
+# by projection documents), while an access-only change now writes one tiny document per version
+# and leaves every chunk, its vector and its graph node as they were.
+ACCESS_SUFFIX = "-access"
+ACCESS_FIELDS = ("allowed_principals", "denied_principals", "access_version")
 # Versions per page of a boolean query's set (a composite aggregation; search.max_buckets is 65,535).
 VERSION_PAGE = 10_000
 
@@ -165,7 +173,6 @@ def mapping_properties(retrieval: RetrievalSettings, dimensions: int) -> dict[st
         },
         "doc_date": {"type": "date", "format": "strict_date"},
         "identifiers_text": {"type": "text", "analyzer": IDENTIFIER_ANALYZER},
-        "access_version": {"type": "integer"},
         "meta": {"type": "object", "enabled": False},
     }
     properties.update({name: dict(_KEYWORD) for name in _KEYWORD_FIELDS})
@@ -207,14 +214,33 @@ def index_settings(opensearch: OpenSearchSettings) -> dict[str, Any]:
 def index_body(
     retrieval: RetrievalSettings, opensearch: OpenSearchSettings, dimensions: int, alias: str | None
 ) -> dict[str, Any]:
-    """Create-index body. The embedding stays in _source (a partial _update re-indexes from
-    _source, so excluding it in the mapping would drop the vector); responses exclude it."""
+    """Create-index body. The vector is not kept in _source: nothing reads it back (responses
+    exclude it, `ki reindex` takes vectors from SQL, exact scoring reads the vector files), and no
+    chunk is ever partially updated (a partial _update re-indexes from _source and would drop it;
+    the access projection has its own index): a chunk's stored source shrinks from about 9 KB of
+    JSON, mostly the vector, to its text and fields."""
     body: dict[str, Any] = {
         "settings": index_settings(opensearch),
-        "mappings": {"dynamic": False, "properties": mapping_properties(retrieval, dimensions)},
-    }
+        "mappings": {"dynamic": False, "_source": {"excludes": ["embedding"]},
+                     "properties": mapping_properties(retrieval, dimensions)},
+    }  # fmt: skip
     if alias:
         body["aliases"] = {alias: {}}
+    return body
+
+
+def access_index_body(opensearch: OpenSearchSettings, alias: str | None) -> dict[str, Any]:
+    """The companion index of one chunk index: one document per version, id = version id."""
+    keyword = dict(_KEYWORD)
+    body: dict[str, Any] = {
+        "settings": {"index": {"number_of_shards": 1, "number_of_replicas": opensearch.number_of_replicas}},
+        "mappings": {"dynamic": False, "properties": {
+            "document_id": keyword, "document_version_id": keyword, "allowed_principals": keyword,
+            "denied_principals": keyword, "access_version": {"type": "integer"},
+        }},
+    }  # fmt: skip
+    if alias:
+        body["aliases"] = {alias + ACCESS_SUFFIX: {}}
     return body
 
 
@@ -498,59 +524,95 @@ def cosine_from_knn_score(score: float, space_type: str) -> float:
 # ---------------------------------------------------------------------- writes
 
 
-def chunk_document(chunk: IndexChunk) -> dict[str, Any]:
-    """The _source of one chunk: every field of the spec's table, nulls left out."""
-    document = chunk.model_dump(exclude_none=True)
-    document["embedding"] = list(chunk.embedding)
-    document["identifiers_text"] = chunk.identifiers_text
+def chunk_document(chunk: IndexChunk, derived: dict[tuple[str, ...], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The _source of one chunk: every field of the spec's table but the access projection, nulls left out.
+    `derived` keeps the identifier-derived fields per identifier tuple across the chunks of one request
+    (every chunk of a document has its identifiers; deriving them was most of this function's time)."""
+    document = chunk.model_dump(exclude_none=True, exclude=_NOT_IN_CHUNK_DOCUMENT)
+    document["embedding"] = chunk.embedding
     if chunk.doc_date is not None:
         document["doc_date"] = chunk.doc_date.isoformat()
-    for name in ("doc_type_ancestors", "identifiers", "allowed_principals", "denied_principals"):
-        document[name] = list(document[name])
-    document["identifier_values"] = list(chunk.identifier_values)
-    document["courts"] = list(chunk.courts)
+    cache = {} if derived is None else derived
+    if chunk.identifiers not in cache:
+        cache[chunk.identifiers] = {"identifiers_text": chunk.identifiers_text,
+                                    "identifier_values": chunk.identifier_values, "courts": chunk.courts}  # fmt: skip
+    document.update(cache[chunk.identifiers])
     return document
 
 
-def access_document(projection: AccessProjection) -> dict[str, Any]:
+# The access projection (its own index) and the vector (set from the tuple, not copied by model_dump).
+_NOT_IN_CHUNK_DOCUMENT = {*ACCESS_FIELDS, "embedding"}
+
+
+def bulk_body(lines: list[dict[str, Any]]) -> bytes:
+    """ndjson of the lines, by orjson (tuples as arrays, a tenth of the stdlib encoder's time)."""
+    return b"\n".join(map(orjson.dumps, lines)) + b"\n"
+
+
+def projection_document(source: AccessProjection | IndexChunk) -> dict[str, Any]:
+    """One version's access projection, whole (`delete_document` finds it by its document id); from an
+    access-only change or from any written chunk of the version (plain fields: no model per chunk)."""
     return {
-        "allowed_principals": list(projection.allowed_principals),
-        "denied_principals": list(projection.denied_principals),
-        "access_version": projection.access_version,
+        "document_id": source.document_id,
+        "document_version_id": source.document_version_id,
+        "allowed_principals": list(source.allowed_principals),
+        "denied_principals": list(source.denied_principals),
+        "access_version": source.access_version,
     }
 
 
-def bulk_lines(operations: Iterable[BulkOperation]) -> list[dict[str, Any]]:
-    """_bulk action/source lines; the index comes from the URL (the alias)."""
+def bulk_lines(operations: Iterable[BulkOperation], access_index: str) -> list[dict[str, Any]]:
+    """_bulk action/source lines; chunk lines address the URL's index (the alias), the projection
+    lines `access_index`: one per version, after the chunk lines, the last of the version's operations
+    winning. A written chunk and an access-only change write the same whole projection document."""
     lines: list[dict[str, Any]] = []
+    projections: dict[str, AccessProjection | IndexChunk] = {}
+    derived: dict[tuple[str, ...], dict[str, Any]] = {}
     for op in operations:
         if isinstance(op, IndexOp):
-            lines += [{"index": {"_id": str(op.chunk.chunk_id)}}, chunk_document(op.chunk)]
+            lines += [{"index": {"_id": str(op.chunk.chunk_id)}}, chunk_document(op.chunk, derived)]
+            projections[op.chunk.document_version_id] = op.chunk
         elif isinstance(op, UpdateAccessOp):
-            doc = access_document(op.projection)
-            for chunk_id in op.projection.chunk_ids:
-                lines += [{"update": {"_id": str(chunk_id), "retry_on_conflict": 3}}, {"doc": doc}]
+            projections[op.projection.document_version_id] = op.projection
         else:
             lines.append({"delete": {"_id": str(op.chunk_id)}})
+    for version, source in projections.items():
+        lines += [{"index": {"_index": access_index, "_id": version}}, projection_document(source)]
     return lines
 
 
-def bulk_failures(response: dict[str, Any]) -> dict[int, str]:
-    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure, and neither
-    is an access update of a chunk not (yet, or no longer) in the index: the write that brings it
-    reads the access fields from SQL then, and a removed one needs none."""
+def bulk_failures(response: dict[str, Any], chunks_of: dict[str, tuple[int, ...]] | None = None) -> dict[int, str]:
+    """Failed items by chunk id; a delete of a missing chunk (404 not_found) is no failure. The last
+    len(chunks_of) items are the versions' projections (bulk_lines' order): a failed one counts for
+    its version's chunks."""
     if not response.get("errors"):
         return {}
+    items = response["items"]
+    versions = list(chunks_of or {})
     failed: dict[int, str] = {}
-    for item in response["items"]:
-        ((action, result),) = item.items()
+    for position, item in enumerate(items):
+        ((_action, result),) = item.items()
         error = result.get("error")
-        if action == "update" and isinstance(error, dict) and error.get("type") == "document_missing_exception":
+        if not error:
             continue
-        if error:
-            reason = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
+        reason = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
+        projection = position - (len(items) - len(versions))
+        if projection >= 0:
+            failed.update(dict.fromkeys((chunks_of or {})[versions[projection]], f"access projection: {reason}"))
+        else:
             failed[int(result["_id"])] = reason
     return failed
+
+
+def versions_in(operations: Iterable[BulkOperation]) -> dict[str, tuple[int, ...]]:
+    """{version id: its chunk ids} of one request, to name a failed projection's chunks."""
+    chunks: dict[str, list[int]] = {}
+    for op in operations:
+        if isinstance(op, IndexOp):
+            chunks.setdefault(op.chunk.document_version_id, []).append(op.chunk.chunk_id)
+        elif isinstance(op, UpdateAccessOp):
+            chunks.setdefault(op.projection.document_version_id, []).extend(op.projection.chunk_ids)
+    return {version: tuple(ids) for version, ids in chunks.items()}
 
 
 def _chunk_ids_repeat(batches: list[list[BulkOperation]]) -> bool:
@@ -632,6 +694,8 @@ class OpenSearchIndex:
     ):
         self.client = client
         self.alias = alias
+        # The version projections of this index's chunks (ACCESS_SUFFIX); created and swapped with it.
+        self.access_alias = alias + ACCESS_SUFFIX
         self.dimensions = dimensions
         self.signature = signature
         self.retrieval = retrieval
@@ -663,14 +727,23 @@ class OpenSearchIndex:
             missing = missing_properties(live, wanted)
             if missing:
                 self._call(self.client.indices.put_mapping, index=concrete, body={"properties": missing})
+        self._ensure_access_index()
 
     def _create(self, name: str, alias: str | None, bulk_load: bool = False) -> None:
+        """The chunk index `name` and its projection index `name-access` (aliases `alias`, `alias-access`)."""
         body = index_body(self.retrieval, self.opensearch, self.dimensions, alias)
         if self.expected_signature is not None:
             body["mappings"]["_meta"] = {SIGNATURE_META: self.expected_signature.model_dump()}
         if bulk_load:
-            # No periodic refresh while `ki reindex` fills it (nobody searches it yet); end_bulk_load restores it.
+            # While `ki reindex` fills it nobody searches it: no periodic refresh, and no replica (each
+            # replica would build its own HNSW graphs of every chunk; one copied from the finished
+            # primary's files costs no graph building). end_bulk_load restores both.
             body["settings"]["index"]["refresh_interval"] = "-1"
+            body["settings"]["index"]["number_of_replicas"] = 0
+        self._create_index(name + ACCESS_SUFFIX, access_index_body(self.opensearch, alias))
+        self._create_index(name, body)
+
+    def _create_index(self, name: str, body: dict[str, Any]) -> None:
         try:
             self.client.indices.create(index=name, body=body)
         except RequestError as exc:
@@ -678,6 +751,17 @@ class OpenSearchIndex:
                 raise SearchBackendError(f"creating index {name} failed: {exc}") from exc
         except OpenSearchException as exc:
             raise SearchBackendError(f"creating index {name} failed: {exc}") from exc
+
+    def _ensure_access_index(self) -> None:
+        """An index built before the projection moved out of the chunks gets its companion (empty: the
+        chunks' own old fields answer `stored_fields` until the version's next write or access change)."""
+        if self._call(self.client.indices.exists, index=self.access_alias):
+            return
+        targets = self.alias_targets()
+        if targets:
+            self._create_index(targets[0] + ACCESS_SUFFIX, access_index_body(self.opensearch, self.alias))
+        else:
+            self._create_index(self.access_alias, access_index_body(self.opensearch, None))
 
     def _raise_if_rebuilt_for_another_embedder(self, error: SearchBackendError) -> None:
         """A failed k-NN leg after `ki reindex` swapped the alias to an index of another dimension:
@@ -777,8 +861,10 @@ class OpenSearchIndex:
         )
 
     def end_bulk_load(self) -> None:
-        """The default refresh interval again, and one refresh: the index is about to go live."""
-        self._call(self.client.indices.put_settings, index=self.alias, body={"index": {"refresh_interval": None}})
+        """The default refresh interval and the configured replicas again, and one refresh: the index is
+        about to go live (its replicas recover from the primary's files while it serves)."""
+        body = {"index": {"refresh_interval": None, "number_of_replicas": self.opensearch.number_of_replicas}}
+        self._call(self.client.indices.put_settings, index=self.alias, body=body)
         self.refresh()
 
     def alias_targets(self) -> list[str]:
@@ -788,21 +874,28 @@ class OpenSearchIndex:
         return sorted(self._call(self.client.indices.get_alias, name=self.alias))
 
     def swap_alias(self, new_name: str) -> None:
-        """Point the alias at new_name in one atomic _aliases call, then delete the old index."""
+        """Point the alias (and its projection alias) at new_name in one atomic _aliases call, then
+        delete the old indices."""
         old = self.alias_targets()
-        actions: list[dict[str, Any]] = [{"add": {"index": new_name, "alias": self.alias}}]
+        actions: list[dict[str, Any]] = [{"add": {"index": new_name, "alias": self.alias}},
+                                         {"add": {"index": new_name + ACCESS_SUFFIX, "alias": self.access_alias}}]  # fmt: skip
+        stale = [name for name in old if name != new_name]
+        stale += [name + ACCESS_SUFFIX for name in stale if self._call(self.client.indices.exists, index=name + ACCESS_SUFFIX)]
         if old:
             actions += [{"remove": {"index": name, "alias": self.alias}} for name in old if name != new_name]
-        elif self._call(self.client.indices.exists, index=self.alias):
-            # A pre-alias index carries the alias's name: remove it in the same atomic call.
-            actions.append({"remove_index": {"index": self.alias}})
+            actions += [{"remove": {"index": name, "alias": self.access_alias}} for name in stale if name.endswith(ACCESS_SUFFIX)]
+        else:
+            # A pre-alias index carries the alias's name (and maybe its projection index the
+            # projection alias's): remove them in the same atomic call.
+            actions += [{"remove_index": {"index": name}} for name in (self.alias, self.access_alias)
+                        if self._call(self.client.indices.exists, index=name)]  # fmt: skip
         self._call(self.client.indices.update_aliases, body={"actions": actions})
-        stale = [name for name in old if name != new_name]
         if stale:
             self._call(self.client.indices.delete, index=",".join(stale))
 
     def refresh(self) -> None:
-        self._call(self.client.indices.refresh, index=self.alias)
+        self._call(self.client.indices.refresh, index=f"{self.alias},{self.access_alias}",
+                   params={"ignore_unavailable": "true"})  # fmt: skip
 
     def close(self) -> None:
         self.client.close()
@@ -812,16 +905,18 @@ class OpenSearchIndex:
     def bulk(self, operations: Iterable[BulkOperation]) -> None:
         self._check_signature(writing=True)
         failed: dict[int, str] = {}
-        for response in self._bulk_responses(list(_batches(list(operations), BULK_BATCH_ITEMS))):
-            failed.update(bulk_failures(response))
+        for batch_failed in self._bulk_responses(list(_batches(list(operations), BULK_BATCH_ITEMS))):
+            failed.update(batch_failed)
         if failed:
             raise BulkFailure(failed)
 
-    def _bulk_responses(self, batches: list[list[BulkOperation]]) -> list[dict[str, Any]]:
+    def _bulk_responses(self, batches: list[list[BulkOperation]]) -> list[dict[int, str]]:
         """Up to opensearch.bulk_concurrency requests in flight; in order, one at a time, when a chunk
-        id is in more than one operation (a write then a delete of it must arrive in that order)."""
-        def send(batch: list[BulkOperation]) -> dict[str, Any]:
-            return self._call(self.client.bulk, body=bulk_lines(batch), index=self.alias)
+        id is in more than one operation (a write then a delete of it must arrive in that order).
+        Each request's failed chunk ids."""
+        def send(batch: list[BulkOperation]) -> dict[int, str]:
+            response = self._call(self.client.bulk, body=bulk_body(bulk_lines(batch, self.access_alias)), index=self.alias)
+            return bulk_failures(response, versions_in(batch))
 
         workers = min(self.opensearch.bulk_concurrency, len(batches))
         if workers <= 1 or _chunk_ids_repeat(batches):
@@ -843,6 +938,9 @@ class OpenSearchIndex:
         )
         if response.get("failures"):
             raise SearchBackendError(f"deleting document {document_id} failed: {response['failures'][:3]}")
+        self._call(self.client.delete_by_query, index=self.access_alias,
+                   body={"query": {"term": {"document_id": document_id}}},
+                   params={"conflicts": "proceed", "ignore_unavailable": "true"})  # fmt: skip
 
     # ---------------------------------------------------------------- reads
 
@@ -936,13 +1034,7 @@ class OpenSearchIndex:
 
     def stored_fields(self, chunk_id: int) -> dict[str, Any] | None:
         """Every indexed field of a chunk except text and vector (inspection and export)."""
-        response = self._call(
-            self.client.get,
-            index=self.alias,
-            id=str(chunk_id),
-            params={"_source_excludes": "embedding,text,identifiers_text", "ignore": 404},
-        )
-        return stored_fields_from_source(response["_source"]) if response.get("found") else None
+        return self.stored_fields_of([chunk_id]).get(chunk_id)
 
     def stored_fields_of(self, chunk_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         """One `_mget` per MGET_BATCH_IDS chunks, never one GET per chunk."""
@@ -959,7 +1051,23 @@ class OpenSearchIndex:
                 if doc.get("error"):
                     raise SearchBackendError(f"OpenSearch mget on index {self.alias} failed for {doc['_id']}: {doc['error']}")
                 if doc.get("found"):
-                    found[int(doc["_id"])] = stored_fields_from_source(doc["_source"])
+                    found[int(doc["_id"])] = doc["_source"]
+        projections = self._projections({source["document_version_id"] for source in found.values()})
+        return {chunk_id: stored_fields_from_source({**source, **projections.get(source["document_version_id"], {})})
+                for chunk_id, source in found.items()}  # fmt: skip
+
+    def _projections(self, version_ids: set[str]) -> dict[str, dict[str, Any]]:
+        """{version id: its access projection} from the projection index (absent there: nothing)."""
+        ids = sorted(version_ids)
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), MGET_BATCH_IDS):
+            response = self._call(self.client.mget, index=self.access_alias, body={"ids": ids[start : start + MGET_BATCH_IDS]},
+                                  params={"_source_includes": ",".join(ACCESS_FIELDS), "ignore": 404})  # fmt: skip
+            for doc in response.get("docs", ()):  # none: no projection index (not yet ensured)
+                if doc.get("error"):
+                    raise SearchBackendError(f"OpenSearch mget on index {self.access_alias} failed for {doc['_id']}: {doc['error']}")
+                if doc.get("found"):
+                    found[doc["_id"]] = doc["_source"]
         return found
 
     def cosine(self, score: float) -> float:

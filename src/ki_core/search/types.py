@@ -177,6 +177,7 @@ class IndexChunk(_Frozen):
 class AccessProjection(_Frozen):
     """The access-only fields of every chunk of one version, updated without re-embedding."""
 
+    document_id: str
     document_version_id: str
     chunk_ids: tuple[int, ...]
     allowed_principals: tuple[str, ...]

@@ -589,7 +589,11 @@ def _delete_opensearch_index(client: Any, index_name: str) -> bool:
     if not names and client.indices.exists(index=index_name):
         names = [index_name]
     if names:
-        client.indices.delete(index=",".join(names))
+        from ki_core.search.opensearch import ACCESS_SUFFIX
+
+        # Each chunk index with its access-projection index beside it (ki_core.search.opensearch).
+        client.indices.delete(index=",".join(names + [name + ACCESS_SUFFIX for name in names]),
+                              params={"ignore_unavailable": "true"})  # fmt: skip
     return bool(names)
 
 

@@ -54,13 +54,15 @@ def _plan(session: Session, version_ids: list[str], ctx: WorkerContext):
     operations: list[BulkOperation] = []
     watermarks: dict[str, int | None] = {}
     projections = index_projection(session, update_ids, ctx.settings)
+    chunks_of = _chunk_ids(session, update_ids)
     for version in (v for v in in_index if v.id in observed):
         allowed, denied = projections.get(version.id, ((), ()))
-        chunk_ids = _chunk_ids(session, version.id)
+        chunk_ids = chunks_of.get(version.id)
         if chunk_ids:
             operations.append(
                 UpdateAccessOp(
                     AccessProjection(
+                        document_id=version.document_id,
                         document_version_id=version.id,
                         chunk_ids=tuple(chunk_ids),
                         allowed_principals=tuple(allowed),
@@ -70,8 +72,9 @@ def _plan(session: Session, version_ids: list[str], ctx: WorkerContext):
                 )
             )
         watermarks[version.id] = version.access_version
+    removed_chunks = _chunk_ids(session, [v.id for v in remove])
     for version in remove:
-        operations.extend(DeleteOp(cid) for cid in _chunk_ids(session, version.id))
+        operations.extend(DeleteOp(cid) for cid in removed_chunks.get(version.id, ()))
         watermarks[version.id] = None
     if restore_ids:
         plan = plan_index_writes(session, restore_ids, ctx.settings)
@@ -80,8 +83,15 @@ def _plan(session: Session, version_ids: list[str], ctx: WorkerContext):
     return operations, watermarks, AccessReindexResult(len(update_ids), len(remove), len(restore_ids))
 
 
-def _chunk_ids(session: Session, version_id: str) -> list[int]:
-    return list(session.scalars(select(Chunk.id).where(Chunk.version_id == version_id).order_by(Chunk.ordinal)))
+def _chunk_ids(session: Session, version_ids: list[str]) -> dict[str, list[int]]:
+    """{version id: its chunk ids in ordinal order}, in one query for all (not one per version)."""
+    chunks: dict[str, list[int]] = {}
+    if version_ids:
+        rows = session.execute(select(Chunk.version_id, Chunk.id).where(in_set(Chunk.version_id, version_ids))
+                               .order_by(Chunk.version_id, Chunk.ordinal))  # fmt: skip
+        for version_id, chunk_id in rows:
+            chunks.setdefault(version_id, []).append(chunk_id)
+    return chunks
 
 
 def stale_access_versions(session: Session, limit: int = 1000) -> list[str]:

@@ -306,8 +306,8 @@ def test_access_only_update_changes_the_projection_and_leaves_text_and_vector(lo
     lexical_before = ranks_and_scores(search(loaded_index, "Miete entrichten").hits(Leg.LEXICAL))
     semantic_before = search(loaded_index, vector=BY_ID[102].embedding).hits(Leg.SEMANTIC)[0]
 
-    projection = AccessProjection(
-        document_version_id="ver-mv-1-b", chunk_ids=(101, 102), allowed_principals=("user:anna",),
+    projection = AccessProjection(  # a version's projection names all its chunks (ki_workers.stages.access)
+        document_id="doc-mv-1", document_version_id="ver-mv-1-b", chunk_ids=tuple(range(101, 107)), allowed_principals=("user:anna",),
         denied_principals=("group:extern",), access_version=7,
     )  # fmt: skip
     loaded_index.update_access([projection])
@@ -320,7 +320,8 @@ def test_access_only_update_changes_the_projection_and_leaves_text_and_vector(lo
     assert after_fields["access_version"] == 7
     unchanged = {k for k in before_fields if k not in ("allowed_principals", "denied_principals", "access_version")}
     assert {k: after_fields[k] for k in unchanged} == {k: before_fields[k] for k in unchanged}
-    assert loaded_index.stored_fields(103)["allowed_principals"] == ("group:proj-miete",)  # type: ignore[index]
+    assert loaded_index.stored_fields(106)["allowed_principals"] == ("user:anna",)  # type: ignore[index]
+    assert loaded_index.stored_fields(107)["allowed_principals"] == ("group:proj-miete",)  # type: ignore[index]  # ver-mv-1-a
     # The text is still indexed: the same chunks match. Their scores and even their order may
     # shift on OpenSearch, since Lucene counts an updated document's old copy in the BM25
     # statistics (average length, document frequencies) until a segment merge.
@@ -338,7 +339,7 @@ def test_access_update_of_a_chunk_not_in_the_index_is_no_error_and_updates_the_r
     """A revocation racing the first write of a version (or its removal) meets chunks the index does not
     hold: the write that brings them reads the access fields from SQL, so skipping them loses nothing."""
     projection = AccessProjection(
-        document_version_id="ver-kv-2-a", chunk_ids=(127, 99999), allowed_principals=("user:bo",),
+        document_id="doc-kv-2", document_version_id="ver-kv-2-a", chunk_ids=(127, 99999), allowed_principals=("user:bo",),
         denied_principals=(), access_version=3,
     )  # fmt: skip
     loaded_index.update_access([projection])

@@ -90,11 +90,11 @@ def test_rebuild_and_swap_serve_the_new_index_through_the_alias(alias: str) -> N
     [old_name] = old.alias_targets()
     fresh = old.rebuild_into(f"{alias}--rebuilt")
     settings = old.client.indices.get_settings(index=f"{alias}--rebuilt")[f"{alias}--rebuilt"]["settings"]["index"]
-    assert settings["refresh_interval"] == "-1"
+    assert (settings["refresh_interval"], settings["number_of_replicas"]) == ("-1", "0")
     fresh.bulk(IndexOp(chunk) for chunk in FIXTURE_CHUNKS)
     fresh.end_bulk_load()
     settings = old.client.indices.get_settings(index=f"{alias}--rebuilt")[f"{alias}--rebuilt"]["settings"]["index"]
-    assert "refresh_interval" not in settings
+    assert "refresh_interval" not in settings and settings["number_of_replicas"] == str(SETTINGS.number_of_replicas)
     old.swap_alias(f"{alias}--rebuilt")
     assert old.alias_targets() == [f"{alias}--rebuilt"]
     assert not old.client.indices.exists(index=old_name)

@@ -73,12 +73,9 @@ def sent(script: Script) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------ mapping
 
 EXPECTED_PROPERTIES = {
-    "access_version": {"type": "integer"},
-    "allowed_principals": {"type": "keyword"},
     "chunk_id": {"type": "long"},
     "chunk_kind": {"type": "keyword"},
     "clause_type": {"type": "keyword"},
-    "denied_principals": {"type": "keyword"},
     "doc_date": {"type": "date", "format": "strict_date"},
     "doc_type": {"type": "keyword"},
     "doc_type_ancestors": {"type": "keyword"},
@@ -109,9 +106,19 @@ EXPECTED_PROPERTIES = {
 
 def test_ensure_creates_the_signature_index_with_the_alias_and_the_spec_mapping(script: Script) -> None:
     script.reply("HEAD", f"/{ALIAS}", status=404).reply("PUT", f"/{CONCRETE}", {"acknowledged": True})
+    script.reply("PUT", f"/{CONCRETE}-access", {"acknowledged": True})
     make_index(script).ensure()
-    assert sent(script) == [("HEAD", f"/{ALIAS}"), ("PUT", f"/{CONCRETE}")]
-    assert script.sent[1].body == {
+    assert sent(script) == [("HEAD", f"/{ALIAS}"), ("PUT", f"/{CONCRETE}-access"), ("PUT", f"/{CONCRETE}")]
+    assert script.sent[1].body == {  # the access projection: one small document per version, no vector
+        "settings": {"index": {"number_of_shards": 1, "number_of_replicas": 1}},
+        "mappings": {"dynamic": False, "properties": {
+            "document_id": {"type": "keyword"}, "document_version_id": {"type": "keyword"},
+            "allowed_principals": {"type": "keyword"}, "denied_principals": {"type": "keyword"},
+            "access_version": {"type": "integer"},
+        }},
+        "aliases": {f"{ALIAS}-access": {}},
+    }  # fmt: skip
+    assert script.sent[2].body == {
         "settings": {
             "index": {"knn": True, "number_of_shards": 2, "number_of_replicas": 1},
             "analysis": {
@@ -138,15 +145,15 @@ def test_ensure_creates_the_signature_index_with_the_alias_and_the_spec_mapping(
                 },
             },
         },
-        "mappings": {"dynamic": False, "properties": EXPECTED_PROPERTIES},
+        "mappings": {"dynamic": False, "_source": {"excludes": ["embedding"]}, "properties": EXPECTED_PROPERTIES},
         "aliases": {ALIAS: {}},
     }
 
 
 def test_hnsw_parameters_come_from_the_retrieval_settings(script: Script) -> None:
-    script.reply("HEAD", f"/{ALIAS}", status=404).reply("PUT", f"/{CONCRETE}")
+    script.reply("HEAD", f"/{ALIAS}", status=404).reply("PUT", f"/{CONCRETE}").reply("PUT", f"/{CONCRETE}-access")
     make_index(script, vector_engine="faiss", vector_space_type="innerproduct", hnsw_m=32, hnsw_ef_construction=256).ensure()
-    method = script.sent[1].body["mappings"]["properties"]["embedding"]["method"]
+    method = script.sent[2].body["mappings"]["properties"]["embedding"]["method"]
     assert method == {
         "name": "hnsw", "engine": "faiss", "space_type": "innerproduct", "parameters": {"m": 32, "ef_construction": 256},
     }  # fmt: skip
@@ -155,9 +162,9 @@ def test_hnsw_parameters_come_from_the_retrieval_settings(script: Script) -> Non
 def test_ensure_adds_only_the_missing_fields_to_the_live_index(script: Script) -> None:
     live = {k: v for k, v in EXPECTED_PROPERTIES.items() if k not in ("identifiers_text", "clause_type")}
     script.reply("HEAD", f"/{ALIAS}").reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": live}}})
-    script.reply("PUT", f"/{CONCRETE}/_mapping", {"acknowledged": True})
+    script.reply("PUT", f"/{CONCRETE}/_mapping", {"acknowledged": True}).reply("HEAD", f"/{ALIAS}-access")
     make_index(script).ensure()
-    assert script.sent[-1].body == {
+    assert script.sent[-2].body == {
         "properties": {
             "clause_type": {"type": "keyword"},
             "identifiers_text": {"type": "text", "analyzer": "ki_identifier"},
@@ -168,8 +175,20 @@ def test_ensure_adds_only_the_missing_fields_to_the_live_index(script: Script) -
 def test_ensure_with_a_complete_mapping_changes_nothing(script: Script) -> None:
     script.reply("HEAD", f"/{ALIAS}")
     script.reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": EXPECTED_PROPERTIES}}})
+    script.reply("HEAD", f"/{ALIAS}-access")
     make_index(script).ensure()
-    assert sent(script) == [("HEAD", f"/{ALIAS}"), ("GET", f"/{ALIAS}/_mapping")]
+    assert sent(script) == [("HEAD", f"/{ALIAS}"), ("GET", f"/{ALIAS}/_mapping"), ("HEAD", f"/{ALIAS}-access")]
+
+
+def test_ensure_gives_an_index_built_before_the_projection_index_its_companion(script: Script) -> None:
+    """Behind the alias: `<concrete>-access` with the alias `<alias>-access`, nothing else changes."""
+    script.reply("HEAD", f"/{ALIAS}")
+    script.reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": EXPECTED_PROPERTIES}}})
+    script.reply("HEAD", f"/{ALIAS}-access", status=404).reply("HEAD", f"/_alias/{ALIAS}")
+    script.reply("GET", f"/_alias/{ALIAS}", {CONCRETE: {"aliases": {ALIAS: {}}}}).reply("PUT", f"/{CONCRETE}-access")
+    make_index(script).ensure()
+    assert sent(script)[-1] == ("PUT", f"/{CONCRETE}-access")
+    assert script.sent[-1].body["aliases"] == {f"{ALIAS}-access": {}}
 
 
 def test_ensure_refuses_a_live_index_of_another_dimension(script: Script) -> None:
@@ -194,25 +213,38 @@ def test_rebuild_creates_a_bare_index_and_swap_moves_the_alias_then_deletes_the_
     old, new = f"{ALIAS}--old", f"{ALIAS}--new"
     for _ in range(2):
         script.reply("HEAD", f"/_alias/{ALIAS}").reply("GET", f"/_alias/{ALIAS}", {old: {"aliases": {ALIAS: {}}}})
-    script.reply("PUT", f"/{new}").reply("POST", "/_aliases", {"acknowledged": True}).reply("DELETE", f"/{old}")
+    script.reply("PUT", f"/{new}").reply("PUT", f"/{new}-access").reply("HEAD", f"/{old}-access")
+    script.reply("POST", "/_aliases", {"acknowledged": True}).reply("DELETE", f"/{old},{old}-access")
     index = make_index(script)
     fresh = index.rebuild_into(new)
-    assert fresh.alias == new and "aliases" not in script.sent[2].body
-    assert script.sent[2].body["settings"]["index"]["refresh_interval"] == "-1"  # a bulk load: no periodic refresh
+    assert fresh.alias == new and fresh.access_alias == f"{new}-access"
+    assert sent(script)[2:4] == [("PUT", f"/{new}-access"), ("PUT", f"/{new}")]
+    assert "aliases" not in script.sent[2].body and "aliases" not in script.sent[3].body
+    # A bulk load: no periodic refresh and no replica building its own graphs (end_bulk_load restores both).
+    assert script.sent[3].body["settings"]["index"]["refresh_interval"] == "-1"
+    assert script.sent[3].body["settings"]["index"]["number_of_replicas"] == 0
     index.swap_alias(new)
-    assert sent(script)[-2:] == [("POST", "/_aliases"), ("DELETE", f"/{old}")]
-    assert script.sent[-2].body == {
-        "actions": [{"add": {"index": new, "alias": ALIAS}}, {"remove": {"index": old, "alias": ALIAS}}]
-    }
+    assert sent(script)[-2:] == [("POST", "/_aliases"), ("DELETE", f"/{old},{old}-access")]
+    assert script.sent[-2].body == {"actions": [
+        {"add": {"index": new, "alias": ALIAS}}, {"add": {"index": f"{new}-access", "alias": f"{ALIAS}-access"}},
+        {"remove": {"index": old, "alias": ALIAS}}, {"remove": {"index": f"{old}-access", "alias": f"{ALIAS}-access"}},
+    ]}  # fmt: skip
+
+
+def test_end_of_a_bulk_load_restores_the_refresh_interval_and_the_configured_replicas(script: Script) -> None:
+    script.reply("PUT", f"/{ALIAS}/_settings").reply("POST", f"/{ALIAS},{ALIAS}-access/_refresh")
+    make_index(script).end_bulk_load()
+    assert script.sent[0].body == {"index": {"refresh_interval": None, "number_of_replicas": 1}}
 
 
 def test_swap_replaces_a_pre_alias_index_of_the_same_name_atomically(script: Script) -> None:
-    script.reply("HEAD", f"/_alias/{ALIAS}", status=404).reply("HEAD", f"/{ALIAS}")
+    script.reply("HEAD", f"/_alias/{ALIAS}", status=404).reply("HEAD", f"/{ALIAS}").reply("HEAD", f"/{ALIAS}-access")
     script.reply("POST", "/_aliases", {"acknowledged": True})
     make_index(script).swap_alias("ki-chunks--new")
-    assert script.sent[-1].body == {
-        "actions": [{"add": {"index": "ki-chunks--new", "alias": ALIAS}}, {"remove_index": {"index": ALIAS}}]
-    }
+    assert script.sent[-1].body == {"actions": [
+        {"add": {"index": "ki-chunks--new", "alias": ALIAS}}, {"add": {"index": "ki-chunks--new-access", "alias": f"{ALIAS}-access"}},
+        {"remove_index": {"index": ALIAS}}, {"remove_index": {"index": f"{ALIAS}-access"}},
+    ]}  # fmt: skip
 
 
 def test_rebuild_refuses_the_live_index(script: Script) -> None:
@@ -247,14 +279,15 @@ CHUNK = IndexChunk(
 
 
 def test_bulk_sends_one_request_of_index_update_and_delete_lines(script: Script) -> None:
+    """The chunk lines carry no access projection; each version's projection is one document of the
+    projection index after them, the same for a written chunk's version and for an access change."""
     script.reply("POST", f"/{ALIAS}/_bulk", {"errors": False, "items": []})
     projection = AccessProjection(
-        document_version_id="v1", chunk_ids=(42, 43), allowed_principals=("group:neu",), denied_principals=(),
+        document_id="d2", document_version_id="v2", chunk_ids=(43, 44), allowed_principals=("group:neu",), denied_principals=(),
         access_version=3,
     )  # fmt: skip
     make_index(script).bulk([IndexOp(CHUNK), UpdateAccessOp(projection), DeleteOp(7)])
     assert sent(script) == [("POST", f"/{ALIAS}/_bulk")]
-    access = {"doc": {"allowed_principals": ["group:neu"], "denied_principals": [], "access_version": 3}}
     assert script.sent[0].body == [
         {"index": {"_id": "42"}},
         {
@@ -276,17 +309,16 @@ def test_bulk_sends_one_request_of_index_update_and_delete_lines(script: Script)
             "identifiers_text": "§ 573c BGB VIII ZR 123/20",
             "identifier_values": ["§ 573c BGB", "VIII ZR 123/20"],
             "courts": ["bgh"],
-            "allowed_principals": ["group:miete"],
-            "denied_principals": ["user:x"],
-            "access_version": 2,
             "meta": {"source_object_id": "so-1", "kind": "clause", "locus": "§ 4"},
         },
-        {"update": {"_id": "42", "retry_on_conflict": 3}},
-        access,
-        {"update": {"_id": "43", "retry_on_conflict": 3}},
-        access,
         {"delete": {"_id": "7"}},
-    ]
+        {"index": {"_index": f"{ALIAS}-access", "_id": "v1"}},
+        {"document_id": "d1", "document_version_id": "v1", "allowed_principals": ["group:miete"],
+         "denied_principals": ["user:x"], "access_version": 2},
+        {"index": {"_index": f"{ALIAS}-access", "_id": "v2"}},
+        {"document_id": "d2", "document_version_id": "v2", "allowed_principals": ["group:neu"],
+         "denied_principals": [], "access_version": 3},
+    ]  # fmt: skip
 
 
 def test_bulk_leaves_out_null_fields(script: Script) -> None:
@@ -296,12 +328,11 @@ def test_bulk_leaves_out_null_fields(script: Script) -> None:
     make_index(script).bulk([IndexOp(bare)])
     assert set(script.sent[0].body[1]) == {
         "chunk_id", "text", "embedding", "project_id", "document_id", "document_version_id", "doc_type_ancestors",
-        "version_status", "chunk_kind", "identifiers", "identifiers_text", "identifier_values", "courts",
-        "allowed_principals", "denied_principals", "access_version", "meta",
+        "version_status", "chunk_kind", "identifiers", "identifiers_text", "identifier_values", "courts", "meta",
     }  # fmt: skip
 
 
-def test_a_partial_bulk_failure_names_the_failed_chunk_ids_but_not_an_update_of_a_missing_chunk(script: Script) -> None:
+def test_a_partial_bulk_failure_names_the_failed_chunk_ids_and_a_failed_projection_its_versions_chunks(script: Script) -> None:
     script.reply(
         "POST",
         f"/{ALIAS}/_bulk",
@@ -312,24 +343,33 @@ def test_a_partial_bulk_failure_names_the_failed_chunk_ids_but_not_an_update_of_
                 {"index": {"_id": "901", "status": 400, "error": {
                     "type": "mapper_parsing_exception", "reason": "Vector dimension mismatch. Expected: 3, Given: 4"}}},
                 {"delete": {"_id": "7", "status": 404, "result": "not_found"}},
-                {"update": {"_id": "8", "status": 404, "error": {
-                    "type": "document_missing_exception", "reason": "[8]: document missing"}}},
+                {"index": {"_id": "v1", "status": 201, "result": "created"}},
+                {"index": {"_id": "v2", "status": 429, "error": {
+                    "type": "es_rejected_execution_exception", "reason": "queue full"}}},
             ],
         },
     )  # fmt: skip
+    other = CHUNK.model_copy(update={"chunk_id": 901})
+    projection = AccessProjection(document_id="d2", document_version_id="v2", chunk_ids=(50, 51), allowed_principals=(),
+                                  denied_principals=(), access_version=1)  # fmt: skip
     with pytest.raises(BulkFailure) as failure:
-        make_index(script).bulk([IndexOp(CHUNK), DeleteOp(7)])
+        make_index(script).bulk([IndexOp(CHUNK), IndexOp(other), DeleteOp(7), UpdateAccessOp(projection)])
     assert failure.value.failed == {
         901: "mapper_parsing_exception: Vector dimension mismatch. Expected: 3, Given: 4",
+        50: "access projection: es_rejected_execution_exception: queue full",
+        51: "access projection: es_rejected_execution_exception: queue full",
     }
 
 
 def test_delete_document_refreshes_then_deletes_by_query(script: Script) -> None:
-    script.reply("POST", f"/{ALIAS}/_refresh").reply("POST", f"/{ALIAS}/_delete_by_query", {"deleted": 3, "failures": []})
+    both = f"/{ALIAS},{ALIAS}-access"
+    script.reply("POST", f"{both}/_refresh").reply("POST", f"/{ALIAS}/_delete_by_query", {"deleted": 3, "failures": []})
+    script.reply("POST", f"/{ALIAS}-access/_delete_by_query", {"deleted": 1, "failures": []})
     make_index(script).delete_document("d1")
-    assert sent(script) == [("POST", f"/{ALIAS}/_refresh"), ("POST", f"/{ALIAS}/_delete_by_query")]
+    assert sent(script) == [("POST", f"{both}/_refresh"), ("POST", f"/{ALIAS}/_delete_by_query"),
+                            ("POST", f"/{ALIAS}-access/_delete_by_query")]  # fmt: skip
     assert script.sent[1].params == {"conflicts": "proceed"}
-    assert script.sent[1].body == {"query": {"term": {"document_id": "d1"}}}
+    assert script.sent[1].body == script.sent[2].body == {"query": {"term": {"document_id": "d1"}}}
 
 
 # ------------------------------------------------------------------- filters
@@ -550,13 +590,19 @@ def test_count_sends_the_filter_or_nothing(script: Script) -> None:
     assert script.sent[1].body is None
 
 
-def test_stored_fields_read_the_source_without_text_and_vector(script: Script) -> None:
-    source_doc = {**source(42), "doc_date": "2021-03-01", "allowed_principals": ["group:a"], "access_version": 4}
-    script.reply("GET", f"/{ALIAS}/_doc/42", {"found": True, "_id": "42", "_source": source_doc})
+def test_stored_fields_read_the_source_without_text_and_vector_and_the_versions_projection(script: Script) -> None:
+    """The projection document wins over the fields an index built before it keeps on its chunks."""
+    source_doc = {**source(42), "doc_date": "2021-03-01", "allowed_principals": ["group:old"], "access_version": 1}
+    script.reply("POST", f"/{ALIAS}/_mget", {"docs": [{"found": True, "_id": "42", "_source": source_doc}]})
+    projection = {"allowed_principals": ["group:a"], "denied_principals": ["bob"], "access_version": 4}
+    script.reply("POST", f"/{ALIAS}-access/_mget", {"docs": [{"found": True, "_id": source_doc["document_version_id"],
+                                                             "_source": projection}]})  # fmt: skip
     fields = make_index(script).stored_fields(42)
     assert script.sent[0].params == {"_source_excludes": "embedding,text,identifiers_text"}
+    assert script.sent[1].body == {"ids": [source_doc["document_version_id"]]}
     assert fields is not None
-    assert (fields["doc_date"], fields["allowed_principals"], fields["access_version"]) == (date(2021, 3, 1), ("group:a",), 4)
+    assert (fields["doc_date"], fields["allowed_principals"], fields["denied_principals"], fields["access_version"]) == (
+        date(2021, 3, 1), ("group:a",), ("bob",), 4)
     assert fields["identifiers"] == () and fields["meta"] == {}
 
 
@@ -611,6 +657,7 @@ def test_a_live_index_with_the_old_german_analyzer_is_served_with_a_warning_nami
 ) -> None:
     live = {**EXPECTED_PROPERTIES, "text": {"type": "text", "analyzer": "german"}}
     script.reply("HEAD", f"/{ALIAS}").reply("GET", f"/{ALIAS}/_mapping", {CONCRETE: {"mappings": {"properties": live}}})
+    script.reply("HEAD", f"/{ALIAS}-access")
     make_index(script).ensure()
     assert "ki reindex" in caplog.text and "'german'" in caplog.text
 

@@ -474,6 +474,12 @@ def test_a_corpus_index_is_checked_never_created_by_a_reader_and_removed_on_eith
         with pytest.raises(CorpusIndexMissing):
             registry.retriever(corpus_id)
         assert not corpus_index_exists(settings, report.index_name)  # the reader created no empty index
+        if backend == "opensearch":  # nor is the access-projection index beside it left behind
+            from ki_core.search.opensearch import make_client
+
+            client = make_client(settings.search.opensearch)
+            assert client.indices.get(index=f"{report.index_name}*", params={"ignore_unavailable": "true"}) == {}
+            client.close()
     finally:
         drop_corpus_index(settings, report.index_name)
     removed = remove_corpus(settings, sessions, corpus_id)
