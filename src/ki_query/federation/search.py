@@ -149,7 +149,8 @@ class FederatedSearch:
         self._engine = engine
         self.anchors = AnchorRegister.from_file(settings.federation.anchors_file) if settings.federation.anchors_file else None
         strength = settings.federation.corpus_prior_strength
-        self.corpus_priors = CorpusPriors(registry, strength) if strength > 0 else None
+        floor = settings.federation.corpus_prior_floor
+        self.corpus_priors = CorpusPriors(registry, strength, floor) if strength > 0 else None
 
     @classmethod
     def from_settings(

@@ -36,6 +36,15 @@ def test_the_corpus_a_question_is_about_keeps_its_levels_and_the_other_sinks() -
     assert prior(KRANKENBEHANDLUNG, ["kasse"]) == {}  # one corpus: nothing to weigh
 
 
+def test_a_floor_keeps_a_corpus_the_prior_is_sure_against_at_that_weight_at_least() -> None:
+    """A confidently wrong prior may reorder the corpora but never sink one out of the candidates."""
+    learned = CorpusPrior.learn({"miete": texts("BGB"), "kasse": texts("SGB V")}, strength=1.0)
+    bare = learned(KRANKENBEHANDLUNG, ["miete", "kasse"])["miete"]
+    floored = CorpusPrior(learned.prior, learned.holders, 1.0, floor=0.5)(KRANKENBEHANDLUNG, ["miete", "kasse"])
+    assert bare < 0.5 <= floored["miete"] < 1.0 and floored["kasse"] == 1.0
+    assert floored["miete"] == pytest.approx(0.5 + 0.5 * bare)
+
+
 def test_a_law_held_by_two_corpora_counts_for_both() -> None:
     prior = CorpusPrior.learn({"a": texts("BGB"), "b": texts("BGB"), "c": texts("SGB V")}, strength=1.0)
     weights = prior("Kündigung des Mietverhältnisses über Wohnraum", ["a", "b", "c"])
@@ -108,7 +117,7 @@ def test_the_federated_search_weighs_corpora_unless_turned_off(two_corpora) -> N
         assert off.retriever().corpus_weights is None
         answer = on.ask(KRANKENBEHANDLUNG, ["user:anna"], top_k=8, explain=True)
         weights = answer.selection["corpus_weights"]
-        assert weights["kasse"] == 1.0 and weights["miete"] < 1.0
+        assert weights["kasse"] == 1.0 and settings.federation.corpus_prior_floor <= weights["miete"] < 1.0
         assert all(h.metadata.get("corpus_weight") == weights["miete"] for h in answer.hits if h.corpus_id == "miete")
         unweighed = off.ask(KRANKENBEHANDLUNG, ["user:anna"], top_k=8)
         # The corpus the question is not about comes later than unweighed (or not at all).
