@@ -138,6 +138,12 @@ class AuditLog:
             self._pruned_at = time.monotonic()
             self.prune()
 
+    def close(self) -> None:
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.dispose()
+
     def _connect(self) -> Connection:
         with self._lock:
             if self._engine is None:
@@ -165,6 +171,16 @@ def audit_log(settings: Settings) -> AuditLog:
     """One trail per store and retention in this process, shared by every surface."""
     with _logs_lock:
         return _logs.setdefault((settings.audit_database_url, settings.audit.retention_days), AuditLog(settings))
+
+
+def close_audit_logs() -> None:
+    """Close every trail this process opened (their pooled connections too): a process that swaps its
+    store, or a test that breaks a trail's file, opens the next one afresh."""
+    with _logs_lock:
+        logs = list(_logs.values())
+        _logs.clear()
+    for log in logs:
+        log.close()
 
 
 def record(log: AuditLog, who: Identity, surface: Surface, action: AuditAction, *, query: str | None = None,

@@ -55,7 +55,7 @@ def test_a_read_whose_record_cannot_be_written_shows_nothing(store: Path) -> Non
     audit_file.mkdir()
     from ki_query import audit
 
-    audit._logs.clear()  # the process keeps one opened trail per store
+    audit.close_audit_logs()  # the process keeps one opened trail per store
     result = ki("search", "Miete", "--as", "anna")
     assert result.exit_code == 3, result.output
     assert "audit record could not be written" in result.output
