@@ -37,21 +37,26 @@ LOSS = 0.1
 
 
 class Remembered:
-    """A corpus retriever whose answers are kept: the same question and keywords are asked once."""
+    """A corpus retriever whose answers are kept: the same corpus, question and keywords are asked once.
 
-    def __init__(self, inner: Any, cache: dict):
+    The corpus is part of the key: one cache serves every corpus, and without it the second corpus
+    asked a question got the first one's hits under its own name (the figures of 2026-12-07's
+    evening run compared the statutes with a copy of themselves)."""
+
+    def __init__(self, corpus_id: str, inner: Any, cache: dict):
+        self.corpus_id = corpus_id
         self.inner = inner
         self.cache = cache
 
     def query(self, question: str, **kwargs: Any) -> list[dict]:
         asked = accepted_kwargs(self.inner.query, kwargs)
-        key = ("query", question, json.dumps(asked, sort_keys=True, default=str))
+        key = (self.corpus_id, "query", question, json.dumps(asked, sort_keys=True, default=str))
         if key not in self.cache:
             self.cache[key] = self.inner.query(question, **asked)
         return [{**h, "metadata": dict(h["metadata"])} for h in self.cache[key]]
 
     def get_units(self, *args: Any, **kwargs: Any) -> list[dict]:
-        key = ("units", json.dumps([args, kwargs], sort_keys=True, default=str))
+        key = (self.corpus_id, "units", json.dumps([args, kwargs], sort_keys=True, default=str))
         if key not in self.cache:
             self.cache[key] = self.inner.get_units(*args, **kwargs)
         return [{**h, "metadata": dict(h["metadata"])} for h in self.cache[key]]
@@ -100,7 +105,7 @@ def main() -> None:
     search = FederatedSearch.from_settings(settings)
     registry = search.registry
     for corpus_id in args.corpus:
-        registry._retrievers[corpus_id] = Remembered(registry.retriever(corpus_id), cache)
+        registry._retrievers[corpus_id] = Remembered(corpus_id, registry.retriever(corpus_id), cache)
     scale = calibration_for(registry.embedder.signature)
     learned = None
     off = {"max_verweis_normen": 0} if args.no_verweise else {}

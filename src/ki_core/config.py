@@ -297,7 +297,7 @@ class FederationSettings(_Section):
     # over the laws of all corpora (federation/corpus_prior.py); 0 weighs no corpus. Chosen on the own
     # sets (tests/fixtures/eval), not on the dev queries: with e5-small the loss beside extra16 falls from
     # -0.04..-0.08 nDCG@10 per set (0) to 0.000..-0.024 (1); 2 and 4 score as 1 but for one row: docs/federation.md.
-    corpus_prior_strength: float = Field(default=1.0, ge=0)
+    corpus_prior_strength: float = Field(default=0.05, ge=0)
     # The least weight a corpus keeps: the prior reads only the question's words and is sometimes sure and
     # wrong (7 of the 18 lay questions put the right corpus below a tenth of the best), so a weight may
     # reorder the corpora but never push one out of the candidates. 0.5 scored as 0 on every own set (e5).

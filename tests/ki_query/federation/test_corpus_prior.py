@@ -45,6 +45,16 @@ def test_a_floor_keeps_a_corpus_the_prior_is_sure_against_at_that_weight_at_leas
     assert floored["miete"] == pytest.approx(0.5 + 0.5 * bare)
 
 
+def test_a_corpus_of_many_laws_is_no_likelier_than_one_of_few_before_a_word_is_read() -> None:
+    """P(corpus) is the mean over its laws, not the sum: three laws beside one must not weigh the one
+    down for a question the model cannot read (the sum sent 22 of 60 statutes heading questions to
+    the 16 laws of extra16)."""
+    prior = CorpusPrior.learn({"three": texts("BGB", "GG", "ZPO"), "one": texts("SGB V")}, strength=1.0)
+    assert prior("Xylophon", ["three", "one"]) == {"three": 1.0, "one": 1.0}
+    probabilities = prior.probabilities("Xylophon", ["three", "one"])
+    assert probabilities["three"] == pytest.approx(probabilities["one"])
+
+
 def test_a_law_held_by_two_corpora_counts_for_both() -> None:
     prior = CorpusPrior.learn({"a": texts("BGB"), "b": texts("BGB"), "c": texts("SGB V")}, strength=1.0)
     weights = prior("Kündigung des Mietverhältnisses über Wohnraum", ["a", "b", "c"])
@@ -108,8 +118,10 @@ def two_corpora(sqlite_url, tmp_path):
 
 def test_the_federated_search_weighs_corpora_unless_turned_off(two_corpora) -> None:
     settings, sessions = two_corpora
-    assert settings.federation.corpus_prior_strength == 1.0  # on by default
-    on = FederatedSearch.from_settings(settings, sessions=sessions, embedder=EMBEDDER)
+    assert settings.federation.corpus_prior_strength == 0.05  # on by default, gently
+    firmly = settings.model_copy(update={"federation": settings.federation.model_copy(
+        update={"corpus_prior_strength": 1.0})})
+    on = FederatedSearch.from_settings(firmly, sessions=sessions, embedder=EMBEDDER)
     unweighing = settings.model_copy(update={"federation": settings.federation.model_copy(
         update={"corpus_prior_strength": 0.0})})
     off = FederatedSearch.from_settings(unweighing, sessions=sessions, embedder=EMBEDDER)

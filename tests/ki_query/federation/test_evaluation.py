@@ -93,6 +93,31 @@ def test_federated_eval_drops_the_citing_absatz_before_reference_following_and_c
     assert report.as_dict()["mechanisms"]["Verweise"]["without"] == {"ndcg@10": 0.0, "recall@10": 0.0}
 
 
+def test_a_federation_of_one_corpus_scores_exactly_as_the_corpus_alone() -> None:
+    """Several chunks of one Absatz fill the first ten hits: both runs are scored on their first ten
+    records, so the federation is not charged for the corpus's own duplicates (issue 44)."""
+    from ki_query.federation.evaluation import evaluate_federated
+    from ki_query.federation.retriever import FederatedRetriever
+    from tests.ki_query.memory_corpora import FixedHitsRetriever, MemoryRegistry
+
+    records = [f"BGB|§ {n}|" for n in range(1, 9)]
+    hits = []
+    for position, record in enumerate(records):
+        for piece in range(2):  # two chunks per record: 16 chunks, 8 records
+            chunk = statute_hit(record, f"Teil {piece} von {record}", 0.9 - 0.01 * position - 0.001 * piece)
+            hits.append({**chunk, "metadata": {**chunk["metadata"], "text_hash": f"{record}#{piece}"}})
+    corpus = FixedHitsRetriever(hits)
+    query = EvalQuery(qid="q1", type="heading", query="Regel", relevant={records[5]: 2, records[7]: 1})
+
+    def make(**wiring):
+        return FederatedRetriever(MemoryRegistry({"statutes": corpus}), **{"max_verweis_normen": 0, **wiring})
+
+    alone = evaluate(corpus, [query], label="statutes alone").results[0].scores
+    federated = evaluate_federated(make, [query], scale=None, k=10).federated.results[0].scores
+    assert alone["recall@10"] == 1.0  # both relevant records are among the first ten records ...
+    assert federated == alone  # ... though they are the 12th and 16th chunk
+
+
 class CitationReadingRetriever:
     """A corpus whose ranking reads its own candidates, as the reranker's cited_by_top does: a norm
     that a candidate cites joins the list at the top. `exclude_records` leave before that read."""

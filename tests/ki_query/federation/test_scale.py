@@ -135,7 +135,8 @@ def test_a_verweis_sits_below_the_strong_hits_and_above_the_rest(signature, off,
     )
     hits = retriever.query("Frage", top_k=8)
     assert [h["text"] for h in hits] == ["statutes 0", "statutes 1", "cited norm", "statutes 2", "statutes 3"]
-    assert hits[2]["retrieval_kinds"] == ["verweis"] and hits[2]["rank_score"] == VERWEIS_SCORE
+    assert hits[2]["retrieval_kinds"] == ["verweis"]
+    assert hits[2]["rank_score"] == pytest.approx(VERWEIS_SCORE * hits[0]["rank_score"])  # half-way below the best
 
 
 @embedders
