@@ -293,14 +293,14 @@ class FederationSettings(_Section):
     min_ratio: float = Field(default=0.85, ge=0, le=1)
     max_verweis_normen: int = Field(default=3, ge=0)
     anchors_file: str | None = None
-    # Each corpus's levels times (P(corpus | question) / P(likeliest corpus)) ** this, from one law prior
-    # over the laws of all corpora (federation/corpus_prior.py); 0 weighs no corpus. Chosen on the own
-    # sets (tests/fixtures/eval), not on the dev queries: with e5-small the loss beside extra16 falls from
-    # -0.04..-0.08 nDCG@10 per set (0) to 0.000..-0.024 (1); 2 and 4 score as 1 but for one row: docs/federation.md.
+    # Each corpus's levels times floor + (1 - floor) x (P(corpus | question) / P(likeliest corpus)) ** this,
+    # from one law prior over the laws of all corpora (federation/corpus_prior.py); 0 weighs no corpus.
+    # Chosen on the own sets (tests/fixtures/eval), not on the dev queries: with e5-small beside extra16,
+    # nDCG@10 minus the corpus alone over 456 own questions is -0.056 at 0, -0.034 at 0.02-0.05 and
+    # -0.049 at 1; the prior names the right corpus for only ~70 % of them (docs/federation.md).
     corpus_prior_strength: float = Field(default=0.05, ge=0)
     # The least weight a corpus keeps: the prior reads only the question's words and is sometimes sure and
-    # wrong (7 of the 18 lay questions put the right corpus below a tenth of the best), so a weight may
-    # reorder the corpora but never push one out of the candidates. 0.5 scored as 0 on every own set (e5).
+    # wrong, so a weight may reorder the corpora but never push one out of the candidates.
     corpus_prior_floor: float = Field(default=0.5, ge=0, le=1)
 
 

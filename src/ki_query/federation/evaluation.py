@@ -301,7 +301,8 @@ def evaluate_federated(
         for name, retriever in ablations.items():
             hits = retriever.query(query.query, top_k=depth, max_final_results=k, **asked)
             changed[name] += hit_keys(hits) != hit_keys(top_hits)
-            alone = ranked_records(hits, query.exclude_ids)
+            alone = ranked_records(retriever.query(query.query, top_k=depth, max_final_results=RANKING_DEPTH, **asked),
+                                   query.exclude_ids)
             without[name].results.append(QueryResult(query.qid, query.type, scored(query, alone, alone, k)))
     report.federated.seconds = time.perf_counter() - started
     report.effects = [MechanismEffect(name, changed[name], without[name]) for name in MECHANISMS]
