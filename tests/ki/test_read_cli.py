@@ -99,3 +99,40 @@ def document_id_of(key: str) -> str:
             return connection.scalar(select(Document.id).where(Document.key == key))
     finally:
         engine.dispose()
+
+
+def in_a_terminal(*args: str) -> str:
+    """What `ki ARGS` prints to a real terminal (a pseudo-terminal), with `cat` as the pager."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    main, terminal = pty.openpty()
+    command = [str(Path(sys.executable).with_name("ki")), *args]
+    process = subprocess.Popen(command, stdin=terminal, stdout=terminal, stderr=terminal,
+                               env={**os.environ, "PAGER": "cat", "MANPAGER": "cat", "TERM": "xterm"})
+    os.close(terminal)
+    received = bytearray()
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the terminal's other end closed: the command is done
+            break
+        if not chunk:
+            break
+        received += chunk
+    os.close(main)
+    assert process.wait(timeout=60) == 0, received.decode(errors="replace")
+    return received.decode().replace("\r", "")
+
+
+def test_a_terminal_reads_the_whole_text_through_the_pager_under_its_citation(listed: dict[str, dict]) -> None:  # noqa: F811
+    import re
+
+    contract = listed["mietvertrag"]
+    cited = json.loads(ki("get", contract["document_id"], "--as", "anna", "--text", "--json").output)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", in_a_terminal("get", contract["document_id"], "--as", "anna", "--text"))
+    words = " ".join(shown.split())  # the terminal wraps lines at its width
+    assert words.startswith(" ".join(cited["citation"].split()))  # the citation on top ...
+    assert words.endswith(" ".join(stored_text(cited["version_id"]).split()))  # ... the whole text below it
