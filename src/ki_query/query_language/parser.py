@@ -124,6 +124,25 @@ def _excluded_identifiers(text: str, found: list[Identifier]) -> dict[int, _Excl
         name = "statute" if all(i.kind in ("statute", "eu_reference") for i in run) else "docket"
         field = Field(name=name, value=text[start:end], position=masked_from)
         excluded[masked_from] = _ExcludedIdentifier(field, end - masked_from)
+    return excluded | _excluded_lawless(text, {identifier.start for identifier in found})
+
+
+# `-§ 573c`, `NOT §§ 573, 574`: a reference without a law after an exclusion, read like `-norm:§ 573c`.
+_LAWLESS_EXCLUSION = re.compile(r"(?:^|[\s(])(?:-|NOT\s+)(?=§|Art)")
+# How far a reference without a law may run ("§ 573c Abs. 1 Satz 2 Nr. 3" is eight words).
+_LAWLESS_WORDS = 10
+
+
+def _excluded_lawless(text: str, identifier_starts: set[int]) -> dict[int, _ExcludedIdentifier]:
+    excluded: dict[int, _ExcludedIdentifier] = {}
+    for exclusion in _LAWLESS_EXCLUSION.finditer(text):
+        start = exclusion.end()
+        if start in identifier_starts:
+            continue
+        window = re.match(r'[^()"]*', text[start:]).group()  # type: ignore[union-attr]
+        head, _ = _lawless_cut(" ".join(window.split(" ")[:_LAWLESS_WORDS]).rstrip())
+        if lawless_references(head):
+            excluded[start] = _ExcludedIdentifier(Field(name="statute", value=head, position=start), len(head))
     return excluded
 
 
