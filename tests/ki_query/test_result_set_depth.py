@@ -51,6 +51,7 @@ class Row:
     text: str
     project: str
     day: date | None
+    identifiers: tuple[str, ...] = ()
 
 
 def rows() -> list[Row]:
@@ -98,6 +99,7 @@ def build(session: Session, index: SearchIndex, corpus: list[Row]) -> list[str]:
             chunk_id=50_000 + n, text=row.text, embedding=tuple(float(x) for x in vectors[n]),
             project_id=document.project_id, document_id=document.id, document_version_id=version.id,
             version_status="final", chunk_kind="chunk", language="de", doc_date=row.day,
+            identifiers=row.identifiers,
         )))  # fmt: skip
     session.flush()
     for project in projects.values():
