@@ -11,22 +11,17 @@ import gzip
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from ki_core.config import Settings
-from ki_core.embedding import HashingEmbedder
 from ki_core.identifiers import extract
 from ki_core.search.types import IndexChunk
-from ki_query.retrieval import RetrievalService
-from ki_query.scope import AccessService
 from ki_query.types import SearchRequest
 from tests.conftest import create_database, drop_database
 from tests.ki_core.search.backends import OPENSEARCH_URL, store_beside_index
 from tests.ki_core.search.test_query_constraint import CITING, MEANINGS, expected_versions
-from tests.ki_query.test_result_set_depth import CALLER, CORPUS, DIMENSIONS, Row, build
+from tests.ki_query.test_result_set_depth import CALLER, CORPUS, DIMENSIONS, DepthWorld, Row, searchable
 
 # Each citing sentence after eight different BGB Absätze: 56 documents, each cited norm in eight.
 PER_SENTENCE = 8
@@ -42,35 +37,23 @@ def rows() -> list[Row]:
     return [Row(text, "zitate", None, tuple(dict.fromkeys(i.normalized for i in extract(text)))) for text in texts]
 
 
-@dataclass
-class CitationWorld:
-    service: RetrievalService
-    rows: list[Row]
-    documents: list[str]  # SQL's document id of each row
-
-
 @pytest.fixture(scope="module", params=STORES, ids=["-".join(pair) for pair in STORES])
 def citation_world(
     request: pytest.FixtureRequest, sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CitationWorld]:
+) -> Iterator[DepthWorld]:
     database, backend = request.param
     name = f"ki_cite_{uuid.uuid4().hex[:12]}" if database == "postgresql" else None
     url = create_database(name, template=request.getfixturevalue("pg_template")) if name else None
     root = tmp_path_factory.mktemp("citations")
     try:
         with store_beside_index(backend, sqlite_template, root, DIMENSIONS, database_url=url) as (session, index):
-            corpus = rows()
-            documents = build(session, index, corpus)
-            settings = Settings(retrieval={"rerank_enabled": False})
-            service = RetrievalService(settings, session, index, HashingEmbedder(dimensions=DIMENSIONS),
-                                       AccessService(session, settings))  # fmt: skip
-            yield CitationWorld(service, corpus, documents)
+            yield searchable(session, index, rows())
     finally:
         if name is not None:
             drop_database(name)
 
 
-def meant(world: CitationWorld, query: str) -> set[str]:
+def meant(world: DepthWorld, query: str) -> set[str]:
     """The documents the hand-written meaning holds for, by SQL id."""
     chunks = [
         IndexChunk(chunk_id=n, text=row.text, embedding=(0.0,), project_id=row.project, document_id=str(n),
@@ -82,7 +65,7 @@ def meant(world: CitationWorld, query: str) -> set[str]:
 
 @pytest.mark.parametrize("query", MEANINGS)
 def test_the_search_shows_and_counts_exactly_the_documents_the_citation_means(
-    citation_world: CitationWorld, query: str
+    citation_world: DepthWorld, query: str
 ) -> None:
     expected = meant(citation_world, query)
     assert expected and len(expected) < len(citation_world.rows), query
