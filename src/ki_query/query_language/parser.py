@@ -7,8 +7,10 @@ trip over, and each would have to be escaped and checked again. The grammar name
 this language has; everything else is a word.
 
 Field values: a quoted phrase, or the text up to the next keyword, field, phrase or
-parenthesis, cut here: `az:`/`norm:` take the identifier ki_core.identifiers finds at the
-value's start (the rest is text), `datum:` one range, the other fields one word.
+parenthesis, cut here: `az:`/`norm:` take the citation ki_core.identifiers finds at the
+value's start ("§§ 573, 574 BGB", or identifiers joined by commas; the rest is text), `datum:`
+one range, the other fields one word. A citation right after `-` or NOT is read as the field it
+stands for (`-§ 573c BGB` as `-norm:§ 573c BGB`), so the exclusion takes the whole citation.
 """
 
 from __future__ import annotations
@@ -85,8 +87,9 @@ def protected_identifiers(text: str) -> tuple[str, dict[int, Field]]:
     masked = list(text)
     found = extract(text)
     for identifier in found:
+        keep = _unpaired(text[identifier.start : identifier.end])
         for at in range(identifier.start, identifier.end):
-            if not masked[at].isspace() and masked[at] not in _unpaired(text[identifier.start : identifier.end]):
+            if not masked[at].isspace() and masked[at] not in keep:
                 masked[at] = _MASK
     excluded = _excluded_identifiers(text, found)
     for start, field in excluded.items():
@@ -95,6 +98,7 @@ def protected_identifiers(text: str) -> tuple[str, dict[int, Field]]:
 
 
 def _unpaired(span: str) -> set[str]:
+    """The parentheses and quotes of `span` that do not pair inside it."""
     return {c for c in '()"' if span.count("(") != span.count(")") or span.count('"') % 2} & set(span)
 
 
@@ -116,9 +120,11 @@ def _excluded_identifiers(text: str, found: list[Identifier]) -> dict[int, _Excl
     excluded: dict[int, _ExcludedIdentifier] = {}
     for start in sorted({identifier.start for identifier in found}):
         before = _EXCLUSION_BEFORE.search(text, 0, start)
+        if before is None:
+            continue
         run = identifier_run(text, found, start)
         end = max(identifier.end for identifier in run)
-        if before is None or _unpaired(text[start:end]):
+        if _unpaired(text[start:end]):
             continue
         masked_from = before.start(1) if before.group(1) else start
         name = "statute" if all(i.kind in ("statute", "eu_reference") for i in run) else "docket"
@@ -134,6 +140,7 @@ _LAWLESS_WORDS = 10
 
 
 def _excluded_lawless(text: str, identifier_starts: set[int]) -> dict[int, _ExcludedIdentifier]:
+    """The extractor knows no reference without a law; the same cut as `norm:` values finds where one ends."""
     excluded: dict[int, _ExcludedIdentifier] = {}
     for exclusion in _LAWLESS_EXCLUSION.finditer(text):
         start = exclusion.end()
