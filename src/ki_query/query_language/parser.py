@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date
-from functools import cache
+from functools import cache, lru_cache
 from importlib.resources import files
 
 from lark import Lark, Token, Transformer, v_args
@@ -334,6 +334,7 @@ def _lawless_cut(value: str) -> tuple[str, str]:
 _STAND_IN_LAW = "BGB"
 
 
+@lru_cache(maxsize=4096)  # the cut, the check and the compiler ask about the same few values
 def lawless_references(value: str) -> tuple[str, ...]:
     """"§ 573c" / "§573c Abs. 1" -> the normalized chain without a law ("§ 573c Abs. 1"); "§§ 573, 574"
     -> each section's; () when the value names a law or is no § / Art. reference."""
