@@ -51,6 +51,7 @@ class Row:
     text: str
     project: str
     day: date | None
+    identifiers: tuple[str, ...] = ()
 
 
 def rows() -> list[Row]:
@@ -98,6 +99,7 @@ def build(session: Session, index: SearchIndex, corpus: list[Row]) -> list[str]:
             chunk_id=50_000 + n, text=row.text, embedding=tuple(float(x) for x in vectors[n]),
             project_id=document.project_id, document_id=document.id, document_version_id=version.id,
             version_status="final", chunk_kind="chunk", language="de", doc_date=row.day,
+            identifiers=row.identifiers,
         )))  # fmt: skip
     session.flush()
     for project in projects.values():
@@ -114,12 +116,16 @@ def depth_world(
     request: pytest.FixtureRequest, sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DepthWorld]:
     with store_beside_index(request.param, sqlite_template, tmp_path_factory.mktemp("depth"), DIMENSIONS) as (session, index):
-        corpus = rows()
-        documents = build(session, index, corpus)
-        settings = Settings(retrieval={"rerank_enabled": False})
-        service = RetrievalService(settings, session, index, HashingEmbedder(dimensions=DIMENSIONS),
-                                   AccessService(session, settings))  # fmt: skip
-        yield DepthWorld(service, corpus, documents)
+        yield searchable(session, index, rows())
+
+
+def searchable(session: Session, index: SearchIndex, corpus: list[Row]) -> DepthWorld:
+    """The rows in SQL and the index, and the search service over both (rerank off)."""
+    documents = build(session, index, corpus)
+    settings = Settings(retrieval={"rerank_enabled": False})
+    service = RetrievalService(settings, session, index, HashingEmbedder(dimensions=DIMENSIONS),
+                               AccessService(session, settings))  # fmt: skip
+    return DepthWorld(service, corpus, documents)
 
 
 def without(word: str, text: str) -> bool:

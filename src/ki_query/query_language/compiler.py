@@ -27,7 +27,7 @@ from ki_core.search.constraint import (
     TextPrefix,
 )
 from ki_core.search.text_index import analyzed_positions, german_words
-from ki_query.query_language.parser import HINT, lawless_reference
+from ki_query.query_language.parser import HINT, identifier_run, lawless_references
 from ki_query.query_language.syntax import (
     All,
     Any,
@@ -117,16 +117,19 @@ def _field(node: Field, resolver: FieldResolver) -> Constraint:
         return KeywordMatch(field="matter_id", values=resolver.matter_ids(node.value))
     if node.name == "court":
         return KeywordMatch(field="courts", values=(normalized_court(node.value),))
-    if node.name == "statute" and (chain := lawless_reference(node.value)) is not None:
-        return KeywordPrefix(field="identifier_values", prefix=chain + " ")
-    return KeywordMatch(field="identifier_values", values=(normalized_identifier(node.value),))
+    if node.name == "statute" and (chains := lawless_references(node.value)):
+        # `norm:§§ 573, 574`: any of the sections, each in every law.
+        prefixes = [KeywordPrefix(field="identifier_values", prefix=chain + " ") for chain in chains]
+        return prefixes[0] if len(prefixes) == 1 else AnyOf(any=tuple(prefixes))
+    return KeywordMatch(field="identifier_values", values=normalized_identifiers(node.value))
 
 
-def normalized_identifier(value: str) -> str:
-    """The identifier's normal form ("VII ZR 123/19", "§ 573c BGB"), else the value as pasted."""
+def normalized_identifiers(value: str) -> tuple[str, ...]:
+    """The normal forms of the citation the value is ("VII ZR 123/19"; "§§ 573, 574 BGB" is
+    "§ 573 BGB" and "§ 574 BGB", any of which a filter accepts), else the value as pasted."""
     whole = " ".join(value.split())
-    found = [i for i in extract(whole) if i.start == 0]
-    return found[0].normalized if found else whole
+    run = identifier_run(whole, extract(whole), 0)
+    return tuple(dict.fromkeys(identifier.normalized for identifier in run)) or (whole,)
 
 
 _NO_FIELDS = FieldResolver(project_ids=lambda _: (), matter_ids=lambda _: (), ontology=Ontology([]))

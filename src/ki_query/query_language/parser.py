@@ -7,21 +7,24 @@ trip over, and each would have to be escaped and checked again. The grammar name
 this language has; everything else is a word.
 
 Field values: a quoted phrase, or the text up to the next keyword, field, phrase or
-parenthesis, cut here: `az:`/`norm:` take the identifier ki_core.identifiers finds at the
-value's start (the rest is text), `datum:` one range, the other fields one word.
+parenthesis, cut here: `az:`/`norm:` take the citation ki_core.identifiers finds at the
+value's start ("§§ 573, 574 BGB", or identifiers joined by commas; the rest is text), `datum:`
+one range, the other fields one word. A citation right after `-` or NOT is read as the field it
+stands for (`-§ 573c BGB` as `-norm:§ 573c BGB`), so the exclusion takes the whole citation.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import date
-from functools import cache
+from functools import cache, lru_cache
 from importlib.resources import files
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
-from ki_core.identifiers import court_table, extract
+from ki_core.identifiers import Identifier, court_table, extract
 from ki_query.query_language.syntax import (
     FIELD_NAMES,
     GERMAN_FIELD,
@@ -54,8 +57,9 @@ def parse_query(text: str) -> ParsedQuery:
     if not text.strip():
         return ParsedQuery(text=text, tree=None, plain=True)
     _check_balanced(text)
+    masked, excluded = protected_identifiers(text)
     try:
-        tree = _ToNodes(text).transform(_parser().parse(protected_identifiers(text)))
+        tree = _ToNodes(text, excluded).transform(_parser().parse(masked))
     except VisitError as exc:
         if isinstance(exc.orig_exc, QuerySyntaxError):
             raise exc.orig_exc from None
@@ -70,20 +74,96 @@ def parse_query(text: str) -> ParsedQuery:
 _MASK = "\ue000"
 
 
-def protected_identifiers(text: str) -> str:
+def protected_identifiers(text: str) -> tuple[str, dict[int, Field]]:
     """`text` with every identifier ki_core.identifiers finds masked for the grammar, same length and
     same spaces: an ECLI's colons make no field, "Verordnung (EU) 2016/679" no group, "C-123/19" or
     "2 OR 12/19" no operator. The parse reads each token's text back from the query at its position,
     so the identifier stays the words it was. A span's parentheses and quotes are masked only when
-    they pair inside it (an unpaired one belongs to the user's grouping)."""
+    they pair inside it (an unpaired one belongs to the user's grouping).
+
+    An identifier right after `-` or NOT (`-§ 573c BGB`, `NOT Az. 5 U 12/21`) is masked with its
+    spaces, so the grammar reads it as one word, and returned by where it starts as the field it
+    stands for: the exclusion applies to the whole citation, not to its first token ("§")."""
     masked = list(text)
-    for found in extract(text):
-        span = text[found.start : found.end]
-        keep = {c for c in '()"' if span.count("(") != span.count(")") or span.count('"') % 2} & set(span)
-        for at in range(found.start, found.end):
+    found = extract(text)
+    for identifier in found:
+        keep = _unpaired(text[identifier.start : identifier.end])
+        for at in range(identifier.start, identifier.end):
             if not masked[at].isspace() and masked[at] not in keep:
                 masked[at] = _MASK
-    return "".join(masked)
+    excluded = _excluded_identifiers(text, found)
+    for start, field in excluded.items():
+        masked[start : start + field.length] = _MASK * field.length
+    return "".join(masked), {start: field.node for start, field in excluded.items()}
+
+
+def _unpaired(span: str) -> set[str]:
+    """The parentheses and quotes of `span` that do not pair inside it."""
+    return {c for c in '()"' if span.count("(") != span.count(")") or span.count('"') % 2} & set(span)
+
+
+# What may stand between an exclusion and the identifier it excludes: nothing, or a file-number label.
+_EXCLUSION_BEFORE = re.compile(r"(?:^|[\s(])(?:-|NOT\s+)((?:Az\.?|AZ|Aktenzeichen)\s+)?$")
+# Identifiers joined by commas are one citation: "§ 573 Abs. 1, § 574 BGB", "VII ZR 1/19, VII ZR 2/19".
+_JOINED = re.compile(r"\s*,\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class _ExcludedIdentifier:
+    node: Field
+    length: int
+
+
+def _excluded_identifiers(text: str, found: list[Identifier]) -> dict[int, _ExcludedIdentifier]:
+    """Per masked start (the label's, else the identifier's): the field of an identifier run right
+    after an exclusion. A run whose parentheses or quotes do not pair stays words."""
+    excluded: dict[int, _ExcludedIdentifier] = {}
+    for start in sorted({identifier.start for identifier in found}):
+        before = _EXCLUSION_BEFORE.search(text, 0, start)
+        if before is None:
+            continue
+        run = identifier_run(text, found, start)
+        end = max(identifier.end for identifier in run)
+        if _unpaired(text[start:end]):
+            continue
+        masked_from = before.start(1) if before.group(1) else start
+        name = "statute" if all(i.kind in ("statute", "eu_reference") for i in run) else "docket"
+        field = Field(name=name, value=text[start:end], position=masked_from)
+        excluded[masked_from] = _ExcludedIdentifier(field, end - masked_from)
+    return excluded | _excluded_lawless(text, {identifier.start for identifier in found})
+
+
+# `-§ 573c`, `NOT §§ 573, 574`: a reference without a law after an exclusion, read like `-norm:§ 573c`.
+_LAWLESS_EXCLUSION = re.compile(r"(?:^|[\s(])(?:-|NOT\s+)(?=§|Art)")
+# How far a reference without a law may run ("§ 573c Abs. 1 Satz 2 Nr. 3" is eight words).
+_LAWLESS_WORDS = 10
+
+
+def _excluded_lawless(text: str, identifier_starts: set[int]) -> dict[int, _ExcludedIdentifier]:
+    """The extractor knows no reference without a law; the same cut as `norm:` values finds where one ends."""
+    excluded: dict[int, _ExcludedIdentifier] = {}
+    for exclusion in _LAWLESS_EXCLUSION.finditer(text):
+        start = exclusion.end()
+        if start in identifier_starts:
+            continue
+        window = re.match(r'[^()"]*', text[start:]).group()  # type: ignore[union-attr]
+        head, _ = _lawless_cut(" ".join(window.split(" ")[:_LAWLESS_WORDS]).rstrip())
+        if lawless_references(head):
+            excluded[start] = _ExcludedIdentifier(Field(name="statute", value=head, position=start), len(head))
+    return excluded
+
+
+def identifier_run(text: str, found: list[Identifier], start: int) -> list[Identifier]:
+    """The identifiers starting at `start` ("§§ 573, 574 BGB" is two) and those joined to them by
+    commas: one citation, which a filter or an exclusion reads as any of its identifiers."""
+    run = [identifier for identifier in found if identifier.start == start]
+    while run:
+        joined = _JOINED.match(text, max(identifier.end for identifier in run))
+        following = [identifier for identifier in found if joined is not None and identifier.start == joined.end()]
+        if not following:
+            return run
+        run += following
+    return run
 
 
 def _is_plain(tree: Node) -> bool:
@@ -136,15 +216,18 @@ def _check_not_only_exclusions(tree: Node) -> None:
 class _ToNodes(Transformer):
     """lark's parse tree to `syntax` nodes; field values resolved to what they name."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, excluded: dict[int, Field]) -> None:
         super().__init__()
         self.text = text
+        self.excluded_identifiers = excluded
 
     def _original(self, token: Token) -> str:
         """The token as typed (the grammar read the identifiers masked, ki: protected_identifiers)."""
         return self.text[token.start_pos : token.start_pos + len(token)]
 
     def word(self, token: Token) -> Node:
+        if token.start_pos in self.excluded_identifiers:  # an identifier after "-" or NOT, read as one word
+            return self.excluded_identifiers[token.start_pos]
         value = self._original(token)
         if value.endswith("*") and len(value) > 1 and _WORD_CHAR.search(value[:-1]) and "*" not in value[:-1]:
             return Wildcard(prefix=value[:-1], position=token.start_pos)
@@ -183,6 +266,8 @@ class _ToNodes(Transformer):
             head, rest = _cut_value(field, raw)
         if not head:
             raise QuerySyntaxError(f"{GERMAN_FIELD[field]}: ohne Wert", name.start_pos, HINT)
+        if field == "statute":
+            _check_reference(head, name.start_pos)
         node: Node = (
             _date_span(head, name.start_pos) if field == "date" else Field(name=field, value=head, position=name.start_pos)
         )
@@ -220,9 +305,10 @@ def _cut_value(field: str, raw: str) -> tuple[str, str]:
     pasted file number), else the first word."""
     stripped = raw.strip()
     if field in ("docket", "statute"):
-        found = [i for i in extract(stripped) if i.start == 0]
-        if found:
-            return stripped[: found[0].end], stripped[found[0].end :]
+        run = identifier_run(stripped, extract(stripped), 0)
+        if run:
+            end = max(identifier.end for identifier in run)
+            return stripped[:end], stripped[end:]
         if field == "statute":
             return _lawless_cut(stripped)
         return stripped, ""
@@ -238,7 +324,7 @@ def _lawless_cut(value: str) -> tuple[str, str]:
     (the compiler widens it to every law); the whole value when none is."""
     words = value.split(" ")
     for end in range(len(words), 0, -1):
-        if lawless_reference(" ".join(words[:end])) is not None:
+        if lawless_references(" ".join(words[:end])):
             return " ".join(words[:end]), " ".join(words[end:])
     return value, ""
 
@@ -248,16 +334,32 @@ def _lawless_cut(value: str) -> tuple[str, str]:
 _STAND_IN_LAW = "BGB"
 
 
-def lawless_reference(value: str) -> str | None:
-    """"§ 573c" / "§573c Abs. 1" -> the normalized chain without a law ("§ 573c Abs. 1"), or None
-    when the value names a law or is no § / Art. reference."""
+@lru_cache(maxsize=4096)  # the cut, the check and the compiler ask about the same few values
+def lawless_references(value: str) -> tuple[str, ...]:
+    """"§ 573c" / "§573c Abs. 1" -> the normalized chain without a law ("§ 573c Abs. 1"); "§§ 573, 574"
+    -> each section's; () when the value names a law or is no § / Art. reference."""
     whole = " ".join(value.split())
     if not whole.startswith(("§", "Art")) or any(i.start == 0 and i.end == len(whole) for i in extract(whole)):
-        return None
-    read = [i for i in extract(f"{whole} {_STAND_IN_LAW}") if i.start == 0 and i.kind == "statute"]
-    if len({i.normalized for i in read}) != 1 or read[0].end != len(whole) + 1 + len(_STAND_IN_LAW):
-        return None  # "§§ 573, 574": several sections, no one prefix
-    return read[0].normalized.removesuffix(f" {_STAND_IN_LAW}")
+        return ()
+    read = f"{whole} {_STAND_IN_LAW}"
+    run = [i for i in identifier_run(read, extract(read), 0) if i.kind == "statute"]
+    if not run or max(i.end for i in run) != len(read) or any(i.law != _STAND_IN_LAW for i in run):
+        return ()
+    return tuple(dict.fromkeys(i.normalized.removesuffix(f" {_STAND_IN_LAW}") for i in run))
+
+
+# A norm value that starts like a § or Art. reference must read as one (or as several).
+_REFERENCE_START = re.compile(r"(?:§+|Art\.|Artikel|Art)(?=\s|\d|$)")
+
+
+def _check_reference(value: str, position: int) -> None:
+    """`norm:§§` or `norm:§ Mietsache` names no norm: refused, not a filter that silently matches nothing."""
+    if _REFERENCE_START.match(value) and not extract(value) and not lawless_references(value):
+        raise QuerySyntaxError(
+            f"norm:{value} nennt keine Vorschrift (z. B. norm:§ 573c BGB oder norm:§§ 573, 574)",
+            position,
+            HINT,
+        )
 
 
 @cache

@@ -22,7 +22,7 @@ from ki_core.identifiers.query_terms import EXACT_WEIGHT, IdentifierTerms
 from ki_core.models import Matter, Project
 from ki_core.ontology import Ontology, load_ontology
 from ki_core.search.constraint import Constraint
-from ki_query.query_language.compiler import FieldResolver, compile_constraint, normalized_identifier
+from ki_query.query_language.compiler import FieldResolver, compile_constraint, normalized_identifiers
 from ki_query.query_language.parser import parse_query
 from ki_query.query_language.syntax import ParsedQuery
 
@@ -53,7 +53,8 @@ def plan_query(query: str, session_for_names: ReadSessions | None) -> QueryPlan:
     text = parsed.positive_text()
     if constraint is None:  # only stop words under the operators: nothing to constrain
         return QueryPlan(parsed, text, None, query_identifier_terms(text))
-    named = [normalized_identifier(f.value) for name in ("docket", "statute") for f in parsed.fields(name)]
+    fields = [field for name in ("docket", "statute") for field in parsed.fields(name)]
+    named = [value for field in fields for value in normalized_identifiers(field.value)]
     terms = dict(query_identifier_terms(text)) | dict.fromkeys(named, EXACT_WEIGHT)
     return QueryPlan(parsed, text, constraint, tuple(sorted(terms.items(), key=lambda item: (-item[1], item[0]))))
 

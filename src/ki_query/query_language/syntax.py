@@ -108,16 +108,17 @@ class ParsedQuery:
         return " ".join(_positive_words(self.tree)) if self.tree is not None else ""
 
     def fields(self, name: FieldName) -> list[Field]:
+        """The fields asked for, not the excluded ones: what the identifier leg ranks on (`-az:X` is
+        no reason to rank X)."""
         return [node for node in _walk(self.tree) if isinstance(node, Field) and node.name == name]
 
 
 def _walk(node: Node | None):
-    if node is None:
+    """Every node outside an exclusion."""
+    if node is None or isinstance(node, Not):
         return
     yield node
-    if isinstance(node, Not):
-        yield from _walk(node.child)
-    elif isinstance(node, All | Any):
+    if isinstance(node, All | Any):
         for child in node.children:
             yield from _walk(child)
 

@@ -89,11 +89,15 @@ def make_backend(name: str, path: Path) -> tuple[Backend, Callable[[], None]]:
 
 
 @contextmanager
-def store_beside_index(name: str, sqlite_template: Path, root: Path, dims: int = DIMS) -> Iterator[tuple[Session, SearchIndex]]:
-    """A copy of the migrated SQLite template in ROOT and an empty index of backend NAME beside it, both
-    closed (and the OpenSearch index deleted) on exit: the world of a module-scoped retrieval fixture."""
-    shutil.copyfile(sqlite_template, root / "ki.db")
-    engine = make_engine(f"sqlite:///{root / 'ki.db'}")
+def store_beside_index(
+    name: str, sqlite_template: Path, root: Path, dims: int = DIMS, database_url: str | None = None
+) -> Iterator[tuple[Session, SearchIndex]]:
+    """A copy of the migrated SQLite template in ROOT (or the migrated database at DATABASE_URL, which
+    the caller drops) and an empty index of backend NAME beside it, both closed (and the OpenSearch
+    index deleted) on exit: the world of a module-scoped retrieval fixture."""
+    if database_url is None:
+        shutil.copyfile(sqlite_template, root / "ki.db")
+    engine = make_engine(database_url or f"sqlite:///{root / 'ki.db'}")
     session = Session(bind=engine)
     backend, cleanup = make_backend(name, root / "index")
     try:

@@ -19,6 +19,7 @@ from datetime import date
 
 import pytest
 
+from ki_core.identifiers import extract
 from ki_core.ontology import ancestors
 from ki_core.search.constraint import (
     AllOf,
@@ -97,7 +98,33 @@ def split_documents() -> list[IndexChunk]:
     ]
 
 
-CHUNKS = constraint_chunks() + split_documents()
+CITING = {
+    "doc-cites-573c-abs1": ("Die Kündigung hält die Frist nach § 573c Abs. 1 BGB ein.", "Der Mieter widerspricht."),
+    "doc-cites-573c": ("Die Kündigung stützt sich auf § 573c BGB.",),
+    "doc-cites-574": ("Der Mieter widerspricht der Kündigung nach § 574 BGB.",),
+    "doc-cites-573-zpo": ("Gegen die Kündigung hilft die Erinnerung nach § 573 ZPO.",),
+    "doc-cites-both": ("Die Kündigung ist an §§ 573, 574 BGB zu messen.",),
+    "doc-cites-docket": ("Die Kündigung folgt dem Urteil des OLG Köln, Az. 5 U 12/21.",),
+    "doc-cites-nothing": ("Die Kündigung nennt keine Vorschrift.",),
+}
+
+
+def citing_documents() -> list[IndexChunk]:
+    """Documents whose text cites norms and a file number, with the identifiers the extractor reads
+    there: what an excluded citation or a several-section norm filter must tell apart."""
+    base = FIXTURE_CHUNKS[1]
+    return [
+        base.model_copy(update={
+            "chunk_id": 30_000 + 10 * n + ordinal, "document_id": document, "document_version_id": f"{document}-v1",
+            "text": text, "embedding": unit_vector(text + document), "doc_date": None,
+            "identifiers": tuple(dict.fromkeys(i.normalized for i in extract(text))),
+        })  # fmt: skip
+        for n, (document, parts) in enumerate(CITING.items())
+        for ordinal, text in enumerate(parts)
+    ]
+
+
+CHUNKS = constraint_chunks() + split_documents() + citing_documents()
 SCOPE = EVERYTHING.model_copy(update={"project_ids": frozenset(c.project_id for c in CHUNKS)})
 
 QUERIES = [
@@ -130,6 +157,14 @@ QUERIES = [
     "Mietsache AND Pachtvertrag",
     "norm:§ 573c",
     "norm:§ 573c Abs. 1",
+    "Kündigung -§ 573c BGB",
+    "Kündigung NOT § 573c Abs. 1 BGB",
+    'Kündigung -"§ 573c BGB"',
+    "Kündigung -Az. 5 U 12/21",
+    "Kündigung -§§ 573, 574 BGB",
+    "Kündigung -§ 573",
+    "norm:§§ 573, 574",
+    "norm:§§ 573, 574 BGB",
 ]
 
 
@@ -269,3 +304,53 @@ def test_a_document_is_judged_whole(constrained_index: SearchIndex, query: str, 
     assert {hit.document_id for leg in result.legs.values() for hit in leg} == shown
     per_chunk = {c.document_id for c in CHUNKS if chunk_oracle(_request(query, SIZE).constraint, c)}  # type: ignore[arg-type]
     assert per_chunk != shown  # the per-chunk reading would have answered otherwise
+
+
+def _words(text: str) -> TextMatch:
+    return TextMatch(text=text, tokens=tokens_of(text))
+
+
+def _cites(*values: str) -> KeywordMatch:
+    return KeywordMatch(field="identifier_values", values=values)
+
+
+def _cites_in_any_law(*sections: str) -> AnyOf:
+    return AnyOf(any=tuple(KeywordPrefix(field="identifier_values", prefix=f"{section} ") for section in sections))
+
+
+# What a lawyer means by each citation query, written out by hand (not by the query compiler): the
+# old parser excluded only the "§" and required "573c" and "BGB" as words, and `norm:§§ 573, 574`
+# matched nothing, so each of these sets differs from what the old code returned.
+MEANINGS: dict[str, Constraint] = {
+    "Kündigung -§ 573c BGB": AllOf(must=(_words("Kündigung"),), must_not=(_cites("§ 573c BGB"),)),
+    "Kündigung NOT § 573c Abs. 1 BGB": AllOf(must=(_words("Kündigung"),), must_not=(_cites("§ 573c Abs. 1 BGB"),)),
+    "Kündigung -Az. 5 U 12/21": AllOf(must=(_words("Kündigung"),), must_not=(_cites("5 U 12/21"),)),
+    "Kündigung -§§ 573, 574 BGB": AllOf(must=(_words("Kündigung"),), must_not=(_cites("§ 573 BGB", "§ 574 BGB"),)),
+    "Kündigung -§ 573": AllOf(must=(_words("Kündigung"),), must_not=(_cites_in_any_law("§ 573"),)),
+    "norm:§§ 573, 574": _cites_in_any_law("§ 573", "§ 574"),
+    "norm:§§ 573, 574 BGB": _cites("§ 573 BGB", "§ 574 BGB"),
+}
+
+
+@pytest.mark.parametrize("query", MEANINGS)
+def test_a_citation_in_a_query_means_the_documents_citing_it(constrained_index: SearchIndex, query: str) -> None:
+    """An excluded citation removes every document citing it (a part of it included); several
+    sections in one norm filter mean any of them."""
+    meant = expected_versions(MEANINGS[query])
+    assert meant and set(meant) != set(versions_of(CHUNKS)), query
+    assert constrained_index.multi_search(_request(query, SIZE)).versions == meant
+
+
+def test_an_excluded_citation_reaches_its_parts_and_other_laws_where_a_quoted_one_reads_text(
+    constrained_index: SearchIndex,
+) -> None:
+    """`-§ 573c BGB` also removes the document citing § 573c Abs. 1 BGB; `-"§ 573c BGB"` removes only
+    text with those words in a row; `-§ 573` removes § 573 of every law but never § 573c."""
+    def documents(query: str) -> set[str]:
+        return set((constrained_index.multi_search(_request(query, SIZE)).versions or {}).values())
+
+    cited, quoted = documents("Kündigung -§ 573c BGB"), documents('Kündigung -"§ 573c BGB"')
+    lawless = documents("Kündigung -§ 573")
+    assert "doc-cites-573c-abs1" not in cited and "doc-cites-573c" not in cited and "doc-cites-nothing" in cited
+    assert "doc-cites-573c-abs1" in quoted and "doc-cites-573c" not in quoted
+    assert not {"doc-cites-573-zpo", "doc-cites-both"} & lawless and {"doc-cites-573c", "doc-cites-574"} <= lawless

@@ -159,6 +159,14 @@ def test_a_query_no_embedder_can_take_is_400_naming_it(client: TestClient, query
     assert decisions.status_code == 400
 
 
+def test_a_norm_filter_naming_no_norm_is_400_with_the_reason_and_position(client: TestClient) -> None:
+    response = _search(client, {"X-API-Key": ANNA_KEY}, query="Kündigung norm:§§")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["detail"].startswith("norm:§§ nennt keine Vorschrift") and body["position"] == 10
+    assert body["hint"].startswith("Hinweis:")
+
+
 def test_invalid_filters_are_400_naming_the_field(client: TestClient) -> None:
     response = _search(client, {"X-API-Key": ANNA_KEY}, filters={"date_from": "2024-05-01", "date_to": "2024-01-01"})
     assert response.status_code == 400

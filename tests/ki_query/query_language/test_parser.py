@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ki_core.search.constraint import KeywordMatch, KeywordPrefix
+from ki_core.search.constraint import AllOf, AnyOf, KeywordMatch, KeywordPrefix, TextMatch
 from ki_query.query_language.parser import parse_query
 from ki_query.query_language.plan import plan_query, surely_plain
 from ki_query.query_language.syntax import All, Any, DateSpan, Field, Not, Phrase, QuerySyntaxError, Wildcard, Word
@@ -71,6 +71,87 @@ def test_a_norm_without_a_law_is_a_prefix_on_every_law() -> None:
     assert plan_query("norm:§ 573c BGB", None).constraint == KeywordMatch(
         field="identifier_values", values=("§ 573c BGB",)
     )
+
+
+@pytest.mark.parametrize(
+    ("query", "excluded"),
+    [
+        ("Kündigung -§ 573c BGB", Field("statute", "§ 573c BGB", 11)),
+        ("Kündigung NOT § 573c BGB", Field("statute", "§ 573c BGB", 14)),
+        ("Kündigung -§573c Abs. 1 BGB", Field("statute", "§573c Abs. 1 BGB", 11)),
+        ("Kündigung -§§ 573, 574 BGB", Field("statute", "§§ 573, 574 BGB", 11)),
+        ("Kündigung -§ 573 Abs. 1, § 574 BGB", Field("statute", "§ 573 Abs. 1, § 574 BGB", 11)),
+        ("Kündigung -Art. 6 DSGVO", Field("statute", "Art. 6 DSGVO", 11)),
+        ("Kündigung -Az. 5 U 12/21", Field("docket", "5 U 12/21", 11)),
+        ("Kündigung NOT Aktenzeichen VII ZR 123/19", Field("docket", "VII ZR 123/19", 14)),
+        ("Kündigung -VII ZR 123/19", Field("docket", "VII ZR 123/19", 11)),
+        (f"Kündigung -{ECLI}", Field("docket", ECLI, 11)),
+        ("Kündigung -§ 573c", Field("statute", "§ 573c", 11)),
+        ("Kündigung NOT §§ 573, 574", Field("statute", "§§ 573, 574", 14)),
+    ],
+)
+def test_an_identifier_after_an_exclusion_is_excluded_whole(query: str, excluded: Field) -> None:
+    """`-§ 573c BGB` means "not citing § 573c BGB", as `-norm:§ 573c BGB` does: the minus takes the
+    whole citation (the old reading excluded "§" and required "573c" and "BGB")."""
+    tree = parse_query(query).tree
+    assert tree == All(children=(Word("Kündigung", 0), Not(excluded, query.index(" ") + 1)), position=-1)
+    plan = plan_query(query, None)
+    assert plan.text == "Kündigung" and plan.identifier_terms == ()  # an excluded citation neither embeds nor ranks
+
+
+def test_an_excluded_citation_is_a_keyword_exclusion_on_the_identifier_values() -> None:
+    words = TextMatch(text="Kündigung", tokens=((0, "kundig"),))
+    assert plan_query("Kündigung -§ 573c BGB Wohnraum", None).constraint == AllOf(
+        must=(words, TextMatch(text="Wohnraum", tokens=((0, "wohnraum"),))),
+        must_not=(KeywordMatch(field="identifier_values", values=("§ 573c BGB",)),),
+    )
+    assert plan_query("Kündigung -§§ 573, 574 BGB", None).constraint == AllOf(
+        must=(words,), must_not=(KeywordMatch(field="identifier_values", values=("§ 573 BGB", "§ 574 BGB")),)
+    )
+    assert plan_query("Kündigung -§ 573c", None).constraint == AllOf(
+        must=(words,), must_not=(KeywordPrefix(field="identifier_values", prefix="§ 573c "),)
+    )
+
+
+@pytest.mark.parametrize("query", ["Kündigung - § 573c BGB", "Kündigung-§ 573c BGB", "Kündigung -Artenschutz"])
+def test_only_a_minus_right_before_the_citation_excludes_it(query: str) -> None:
+    assert not any(isinstance(node, Field) for node in _nodes(parse_query(query).tree))
+
+
+def test_a_quoted_citation_stays_a_phrase_of_text() -> None:
+    """Quotes mean the words as written, here as everywhere: `-"§ 573c BGB"` excludes documents whose
+    text has "573c BGB" in a row, not those citing "§ 573c Abs. 1 BGB" (that is `-§ 573c BGB`)."""
+    tree = parse_query('Kündigung -"§ 573c BGB"').tree
+    assert tree == All(children=(Word("Kündigung", 0), Not(Phrase("§ 573c BGB", 11), 10)), position=-1)
+
+
+def test_several_sections_without_a_law_are_any_of_them_in_every_law() -> None:
+    assert plan_query("norm:§§ 573, 574", None).constraint == AnyOf(any=(
+        KeywordPrefix(field="identifier_values", prefix="§ 573 "),
+        KeywordPrefix(field="identifier_values", prefix="§ 574 "),
+    ))  # fmt: skip
+    tree = parse_query("norm:§§ 573, 574 Mietsache").tree
+    assert tree == All(children=(Field("statute", "§§ 573, 574", 0), Word("Mietsache", 17)), position=0)
+
+
+@pytest.mark.parametrize(
+    ("query", "values"),
+    [
+        ("norm:§§ 573, 574 BGB", ("§ 573 BGB", "§ 574 BGB")),  # the old cut kept only § 573 BGB
+        ("norm:§ 573 Abs. 1, § 574 BGB", ("§ 573 Abs. 1 BGB", "§ 574 BGB")),
+        ("az:VII ZR 123/19, VIII ZR 123/20", ("VII ZR 123/19", "VIII ZR 123/20")),
+    ],
+)
+def test_several_identifiers_in_one_field_are_any_of_them(query: str, values: tuple[str, ...]) -> None:
+    plan = plan_query(query, None)
+    assert plan.constraint == KeywordMatch(field="identifier_values", values=values)
+    assert {value for value, _ in plan.identifier_terms} >= set(values)
+
+
+def _nodes(node):
+    yield node
+    for child in getattr(node, "children", ()) or ((node.child,) if isinstance(node, Not) else ()):
+        yield from _nodes(child)
 
 
 def test_a_phrase_and_an_exclusion_make_a_boolean_set() -> None:
@@ -154,6 +235,9 @@ def test_date_ranges_with_open_ends(query: str, start: date | None, end: date | 
         ("NOT Wohnraum -Gewerbe", 0, "nur aus"),
         ("Miete OR", 8, "fehlt"),
         ("typ:Blumenkohl", 0, "Dokumenttyp"),
+        ("norm:§§", 0, "nennt keine Vorschrift"),
+        ("Miete norm:§ OR Pacht", 6, "nennt keine Vorschrift"),
+        ("Miete norm:Art. Mietsache", 6, "nennt keine Vorschrift"),
     ],
 )
 def test_bad_input_is_refused_with_position_and_a_german_message(query: str, position: int, words: str) -> None:

@@ -77,6 +77,17 @@ def test_an_excluded_word_is_in_no_hit(browser, server) -> None:
         assert not any("fristlos" in text.lower() for text in excerpts(page))
 
 
+def test_an_excluded_citation_hides_every_document_citing_it(browser, server) -> None:
+    """`-§ 314 BGB` takes the whole citation: no hit cites § 314 BGB (the old reading excluded only "§")."""
+    citing = api_search(server, {"query": "norm:§ 314 BGB", "limit": 50}).json()["hits"]
+    cited = {hit["citation"]["document"]["id"] for hit in citing}
+    with browsing(browser, server, ANNA) as page:
+        assert cited & {h["document_id"] for h in search(page, "Kündigung")}  # else the exclusion would show nothing
+        hits = search(page, "Kündigung -§ 314 BGB")
+        assert hits and not cited & {h["document_id"] for h in hits}
+        assert shown_count(page) == len(hits)
+
+
 def test_a_facet_click_narrows_the_search(browser, server, artifacts) -> None:
     with browsing(browser, server, ANNA) as page:
         search(page, "Kündigung")

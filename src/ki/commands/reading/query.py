@@ -141,7 +141,9 @@ def search(
     """Search the index as a principal: access scope first, then the three legs, fusion and verification.
 
     Query language: "exact phrase", -exclude, NOT, OR, (parentheses), Kündig*, and the fields
-    typ: projekt: mandat: datum:YYYY-MM-DD..YYYY-MM-DD gericht: az: norm:."""
+    typ: projekt: mandat: datum:YYYY-MM-DD..YYYY-MM-DD gericht: az: norm:. A citation after - or
+    NOT excludes documents citing it (-§ 573c BGB, -Az. 5 U 12/21); norm:§§ 573, 574 means either
+    section, in any law."""
     from ki_core.config import load_settings
     from ki_query.query_language.parser import parse_query
     from ki_query.types import SearchRequest, check_query_length
