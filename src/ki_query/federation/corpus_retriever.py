@@ -241,7 +241,7 @@ class CorpusRetriever:
         ranked = self._ranked_hits(rankings, skip_hashes=taken, laws=laws, exclude_records=excluded)
         if self.weights.cited_sections:
             ranked = self._with_cited_sections(
-                ranked, rankings, laws=laws, skip_hashes=taken, exclude_records=excluded
+                ranked, rankings, laws=laws, where=where, skip_hashes=taken, exclude_records=excluded
             )
         if self.weights.whole_sections:
             ranked = self._with_whole_sections(ranked, where=where, skip_hashes=taken, exclude_records=excluded)
@@ -425,6 +425,7 @@ class CorpusRetriever:
         rankings: LegRankings,
         *,
         laws: Mapping[str, float],
+        where: Mapping[str, Any] | None,
         skip_hashes: set[str],
         exclude_records: set[str],
     ) -> list[RankedHit]:
@@ -447,7 +448,7 @@ class CorpusRetriever:
         seen = set(skip_hashes)
         added = []
         for key in wanted:
-            units = [u for u in sections.get(key, []) if not u.repealed and u.record_id not in exclude_records]
+            units = [u for u in sections.get(key, []) if _admitted(u, where) and u.record_id not in exclude_records]
             group = {Leg.LEXICAL.value: section_lexical[key]} if key in section_lexical else {}
             for unit in units[:CITED_UNITS]:
                 if unit.text_hash not in seen:

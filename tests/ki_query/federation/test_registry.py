@@ -369,6 +369,15 @@ def test_the_other_absaetze_of_the_best_sections_join_the_candidates_in_force_an
     assert "SGB 5|§ 31|7" not in {h["metadata"]["record_id"] for h in excluded}
 
 
+def test_units_no_leg_returned_keep_to_the_where_filter(either_backend) -> None:
+    # § 2 Abs. 1 cites § 12; a search inside § 2 gets the other Absätze of § 2, never § 12.
+    where = {"container_id": "SGB V", "section_id": "§ 2"}
+    hits = either_backend().query("Wirtschaftlichkeitsgebot", legs="lexical", where=where, top_k=20)
+    assert [h["metadata"]["record_id"] for h in hits] == [f"SGB 5|§ 2|{a}" for a in ("1", "1a", "2", "3", "4")]
+    repealed = either_backend().query("weggefallen", legs="lexical", where={"repealed": True}, top_k=50)
+    assert repealed and all(h["metadata"]["repealed"] for h in repealed)
+
+
 # ------------------------------------------------------------------ negative check
 
 
