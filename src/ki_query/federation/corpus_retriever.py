@@ -32,7 +32,7 @@ from ki_query.federation.corpus_loader import SECTION_KIND, UNIT_KIND, section_k
 from ki_query.federation.corpus_units import Hit, UnitStore, unit_hit
 from ki_query.federation.providers import StatuteVerweise, expand_sections
 from ki_query.compounds import CompoundSplitter
-from ki_query.law_prior import LawPrior, boosted, corpus_prior
+from ki_query.law_prior import LawPrior, boosted, corpus_prior, with_uncertainty
 from ki_query.rerank.features import RerankInput, feature_matrix
 from ki_query.rerank.model import LinearRanker, keep_scores_descending, reordered
 from ki_query.federation.ranking import (
@@ -290,12 +290,13 @@ class CorpusRetriever:
         return self._splitter.expanded(question)
 
     def law_distribution(self, question: str) -> dict[str, float]:
-        """P(law | question) from the corpus's own text; empty when the prior is off or one law is all."""
+        """P(law | question) from the corpus's own text, every law keeping a share (UNCERTAINTY);
+        empty when the prior is off or one law is all."""
         if self.weights.law_prior <= 0 or len(self.containers) < 2:
             return {}
         if self._law_prior is None:
             self._law_prior = corpus_prior(self.units.in_force_texts(), self.law_prior_dir)
-        return self._law_prior.distribution(question)
+        return with_uncertainty(self._law_prior.distribution(question))
 
     def _filters(self, where: Mapping[str, Any] | None) -> tuple[ScopeFilter, SearchFilters]:
         where = dict(where or {})
