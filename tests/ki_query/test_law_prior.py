@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,7 +13,7 @@ from ki_core.search import open_index
 from ki_query.federation.corpus_retriever import CorpusRetriever, HybridWeights
 from ki_query.federation.corpus_units import UnitStore
 from ki_query.federation.registry import CorpusRegistry
-from ki_query.law_prior import LawPrior, boosted, corpus_prior, terms
+from ki_query.law_prior import UNCERTAINTY, LawPrior, boosted, corpus_prior, terms, with_uncertainty
 # The statute-excerpt corpus of the registry tests (SGB V, BGB, GG, ZPO), loaded the same way.
 from tests.ki_query.federation.test_registry import loaded, sessions, settings  # noqa: F401
 
@@ -78,6 +79,30 @@ def test_an_even_prior_keeps_every_order(scores: list[float], strength: float) -
 
 
 # ------------------------------------------------------------- in the corpus retriever
+
+
+@given(st.dictionaries(st.sampled_from(["BGB", "GG", "SGB V", "ZPO", "KSchG"]), st.floats(1e-3, 1.0), min_size=1))
+def test_every_law_keeps_its_share_of_an_uncertain_prior_and_the_order_stays(weights: dict[str, float]) -> None:
+    distribution = {law: w / sum(weights.values()) for law, w in weights.items()}
+    mixed = with_uncertainty(distribution)
+    assert sum(mixed.values()) == pytest.approx(sum(distribution.values()))
+    assert min(mixed.values()) >= UNCERTAINTY / len(mixed) - 1e-12
+    assert all((mixed[a] > mixed[b]) == (distribution[a] > distribution[b]) for a in mixed for b in mixed)
+
+
+def test_the_retriever_boosts_by_a_prior_that_is_never_certain(settings, sessions, loaded) -> None:
+    # A question in SGB V's words only: the retriever boosts by the learned prior mixed with the even one.
+    question = "Krankenkasse Versicherte Festbetrag Arzneimittel"
+    registry = CorpusRegistry(settings, sessions, EMBEDDER)
+    try:
+        retriever = registry.retriever("statutes")
+        boosted_by = retriever.law_distribution(question)
+        learned = corpus_prior(retriever.units.in_force_texts(), None).distribution(question)
+    finally:
+        registry.close()
+    assert max(learned, key=learned.get) == max(boosted_by, key=boosted_by.get) == "SGB V"
+    assert boosted_by == pytest.approx({law: 0.8 * p + 0.05 for law, p in learned.items()})
+    assert min(boosted_by.values()) >= UNCERTAINTY / 4
 
 
 def test_the_prior_lifts_the_hits_of_the_law_the_question_is_about(settings, sessions, loaded) -> None:

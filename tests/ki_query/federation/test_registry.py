@@ -253,9 +253,12 @@ def test_bm25_reads_the_text_not_the_heading(retriever) -> None:
     # "Wirtschaftlichkeitsgebot" is the heading of SGB V § 12 and occurs in the text of § 2 Abs. 1 only.
     hits = retriever.query("Wirtschaftlichkeitsgebot", legs="lexical")
     assert [h["metadata"]["record_id"] for h in hits if "lexical" in h["retrieval_kinds"]] == ["SGB 5|§ 2|1"]
-    # § 2 Abs. 1 cites § 12 ("Wirtschaftlichkeitsgebots (§ 12)"): its Absätze follow as cited, not as BM25 hits.
-    assert {h["metadata"]["section_id"] for h in hits[1:]} == {"§ 12"}
-    assert all(h["retrieval_kinds"] == ["cited"] for h in hits[1:])
+    # § 2 Abs. 1 cites § 12 ("Wirtschaftlichkeitsgebots (§ 12)"): its Absätze follow as cited, not as BM25 hits,
+    # and then the other Absätze of § 2 (whole sections).
+    assert {h["metadata"]["section_id"] for h in hits[1:4]} == {"§ 12"}
+    assert all(h["retrieval_kinds"] == ["cited"] for h in hits[1:4])
+    assert [h["metadata"]["record_id"] for h in hits[4:]] == ["SGB 5|§ 2|1a", "SGB 5|§ 2|2", "SGB 5|§ 2|3", "SGB 5|§ 2|4"]
+    assert all(h["retrieval_kinds"] == ["same_section"] for h in hits[4:])
 
 
 def test_where_filters_by_container_section_and_repealed(retriever) -> None:
@@ -329,9 +332,11 @@ def either_backend(request, sqlite_url, sessions, tmp_path):
 
 def test_the_sections_the_best_hits_cite_join_the_candidates_unless_excluded_or_turned_off(either_backend) -> None:
     # Only SGB V § 2 Abs. 1 has the word; it cites § 12, whose Absätze no leg returns.
-    on = either_backend().query("Wirtschaftlichkeitsgebot", legs="lexical")
-    off = either_backend(cited_sections=False).query("Wirtschaftlichkeitsgebot", legs="lexical")
-    excluded = either_backend().query("Wirtschaftlichkeitsgebot", legs="lexical", exclude_records=["SGB 5|§ 12|1"])
+    on = either_backend(whole_sections=False).query("Wirtschaftlichkeitsgebot", legs="lexical")
+    off = either_backend(cited_sections=False, whole_sections=False).query("Wirtschaftlichkeitsgebot", legs="lexical")
+    excluded = either_backend(whole_sections=False).query(
+        "Wirtschaftlichkeitsgebot", legs="lexical", exclude_records=["SGB 5|§ 12|1"]
+    )
     assert [h["metadata"]["record_id"] for h in off] == ["SGB 5|§ 2|1"]
     assert [h["metadata"]["record_id"] for h in on] == ["SGB 5|§ 2|1", "SGB 5|§ 12|1", "SGB 5|§ 12|2", "SGB 5|§ 12|3"]
     assert [h["retrieval_kinds"] for h in on[1:]] == [["cited"]] * 3
@@ -341,10 +346,36 @@ def test_the_sections_the_best_hits_cite_join_the_candidates_unless_excluded_or_
 
 def test_a_compound_the_text_never_uses_is_searched_by_its_parts(either_backend) -> None:
     # "Krankenkassenleistung" occurs nowhere; "Krankenkassen" and "Leistung" do.
-    assert either_backend(compound_split=False, cited_sections=False).query("Krankenkassenleistung", legs="lexical") == []
-    hits = either_backend(cited_sections=False).query("Krankenkassenleistung", legs="lexical")
+    only_legs = {"cited_sections": False, "whole_sections": False}
+    assert either_backend(compound_split=False, **only_legs).query("Krankenkassenleistung", legs="lexical") == []
+    hits = either_backend(**only_legs).query("Krankenkassenleistung", legs="lexical")
     assert hits and all(h["retrieval_kinds"] == ["lexical"] for h in hits)
     assert all("Krankenkassen" in h["text"] or "Leistung" in h["text"] for h in hits)
+
+
+def test_the_other_absaetze_of_the_best_sections_join_the_candidates_in_force_and_not_excluded(either_backend) -> None:
+    # Only SGB V § 31 Abs. 4 speaks of "therapiegerechten Packungsgrößen"; § 31 has nine more Absätze,
+    # Abs. 2a of them "(weggefallen)". A court citing § 31 is graded on all of them.
+    question, alone = "therapiegerechte Packungsgrößen", {"cited_sections": False}
+    off = either_backend(whole_sections=False, **alone).query(question, legs="lexical", top_k=30)
+    on = either_backend(**alone).query(question, legs="lexical", top_k=30)
+    excluded = either_backend(**alone).query(question, legs="lexical", top_k=30, exclude_records=["SGB 5|§ 31|7"])
+    assert [h["metadata"]["record_id"] for h in off] == ["SGB 5|§ 31|4"]
+    assert on[0]["metadata"]["record_id"] == "SGB 5|§ 31|4" and on[0]["retrieval_kinds"] == ["lexical"]
+    siblings = list(dict.fromkeys(h["metadata"]["record_id"] for h in on[1:]))
+    assert siblings == [f"SGB 5|§ 31|{a}" for a in ("1", "1a", "1b", "2", "3", "5", "6", "7")]
+    assert all(h["retrieval_kinds"] == ["same_section"] for h in on[1:])
+    assert [h["score"] for h in on] == sorted((h["score"] for h in on), reverse=True)
+    assert "SGB 5|§ 31|7" not in {h["metadata"]["record_id"] for h in excluded}
+
+
+def test_units_no_leg_returned_keep_to_the_where_filter(either_backend) -> None:
+    # § 2 Abs. 1 cites § 12; a search inside § 2 gets the other Absätze of § 2, never § 12.
+    where = {"container_id": "SGB V", "section_id": "§ 2"}
+    hits = either_backend().query("Wirtschaftlichkeitsgebot", legs="lexical", where=where, top_k=20)
+    assert [h["metadata"]["record_id"] for h in hits] == [f"SGB 5|§ 2|{a}" for a in ("1", "1a", "2", "3", "4")]
+    repealed = either_backend().query("weggefallen", legs="lexical", where={"repealed": True}, top_k=50)
+    assert repealed and all(h["metadata"]["repealed"] for h in repealed)
 
 
 # ------------------------------------------------------------------ negative check
