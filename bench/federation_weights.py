@@ -8,6 +8,8 @@ for statutes-*, extra16 for extra16-*); the federation over all --corpus is scor
 of federation.corpus_prior_strength exactly as `ki eval --federated` scores it (evaluation.py). Each
 corpus answers a question once: its hits are kept in memory (and in --cache, so a rerun is cheap) and
 handed to every strength, so the strengths differ only in what the federation does with them.
+The cache holds the corpora's answers, not the code that gave them: start a new --cache after a
+change to a corpus retriever, the state or the embedder.
 
 Per set and query type: the mean nDCG@10 of federation minus baseline, its paired 95 % bootstrap
 interval (queries resampled), and every query that loses more than 0.1.
