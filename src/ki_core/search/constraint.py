@@ -12,6 +12,7 @@ copy of the analyzer (ki_german) with match_phrase.
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from typing import Annotated, Literal, Union
 
@@ -61,6 +62,30 @@ class KeywordPrefix(_Frozen):
     prefix: str = Field(min_length=1)
 
 
+class KeywordPattern(_Frozen):
+    """A value on a keyword field matching `pattern` whole: what no list of values or single
+    prefix says (`norm:§§ 573-575` is "§ 573", "§ 573a" … "§ 575" in any law; `norm:DSGVO` the act
+    and every article of it). The pattern is written in the regular-expression syntax tantivy
+    (Rust), OpenSearch (Lucene `regexp`) and Python read alike: literals through
+    `pattern_literal`, `[a-z]`, `?`, `.`, `*`, `+`, `( | )`, nothing else."""
+
+    kind: Literal["keyword_pattern"] = "keyword_pattern"
+    field: str
+    pattern: str = Field(min_length=1)
+
+
+# Characters with a meaning in one of the three dialects; `<` and `>` are left out, since Rust
+# reads an escaped one as a word boundary (no identifier value holds either).
+_PATTERN_META = re.compile(r'([\\.+*?()|\[\]{}^$#&~@"-])')
+
+
+def pattern_literal(text: str) -> str:
+    """`text` as a literal inside a KeywordPattern."""
+    if "<" in text or ">" in text:
+        raise ValueError(f"no literal for {text!r} in the shared pattern syntax")
+    return _PATTERN_META.sub(r"\\\1", text)
+
+
 class DateMatch(_Frozen):
     """doc_date inside [start, end], an end may be open; a chunk without doc_date never matches."""
 
@@ -83,7 +108,7 @@ class AnyOf(_Frozen):
 
 
 Constraint = Annotated[
-    Union[TextMatch, TextPrefix, KeywordMatch, KeywordPrefix, DateMatch, AllOf, AnyOf], Field(discriminator="kind")
+    Union[TextMatch, TextPrefix, KeywordMatch, KeywordPrefix, KeywordPattern, DateMatch, AllOf, AnyOf], Field(discriminator="kind")
 ]
 AllOf.model_rebuild()
 AnyOf.model_rebuild()

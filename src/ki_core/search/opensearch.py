@@ -37,6 +37,7 @@ from ki_core.search.constraint import (
     Constraint,
     DateMatch,
     KeywordMatch,
+    KeywordPattern,
     KeywordPrefix,
     TextMatch,
     TextPrefix,
@@ -322,6 +323,8 @@ def constraint_clause(node: Constraint) -> dict[str, Any]:
         return {"terms": {node.field: list(node.values)}} if node.values else {"match_none": {}}
     if isinstance(node, KeywordPrefix):
         return {"prefix": {node.field: {"value": node.prefix}}}
+    if isinstance(node, KeywordPattern):
+        return {"regexp": {node.field: {"value": node.pattern}}}
     if isinstance(node, DateMatch):
         bounds = {key: day.isoformat() for key, day in (("gte", node.start), ("lte", node.end)) if day}
         return {"range": {"doc_date": bounds}}

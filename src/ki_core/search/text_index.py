@@ -23,6 +23,7 @@ from ki_core.search.constraint import (
     Constraint,
     DateMatch,
     KeywordMatch,
+    KeywordPattern,
     KeywordPrefix,
     TextMatch,
     TextPrefix,
@@ -349,6 +350,8 @@ class TextIndex:
             return Query.term_set_query(self.schema, node.field, list(node.values))
         if isinstance(node, KeywordPrefix):
             return Query.regex_query(self.schema, node.field, regex_literal(node.prefix) + ".*")
+        if isinstance(node, KeywordPattern):
+            return Query.regex_query(self.schema, node.field, node.pattern)
         if isinstance(node, DateMatch):
             low = day_number(node.start) if node.start else None
             high = day_number(node.end) if node.end else None

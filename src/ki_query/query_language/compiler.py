@@ -9,10 +9,12 @@ same answer as for one the caller may not see), an unknown document type is an e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ki_core.identifiers import extract
+from ki_core.identifiers.laws import law_table, name_key
 from ki_core.identifiers.whole_values import normalized_court
 from ki_core.models.ontology import OntologyKind
 from ki_core.ontology import Ontology
@@ -22,9 +24,11 @@ from ki_core.search.constraint import (
     Constraint,
     DateMatch,
     KeywordMatch,
+    KeywordPattern,
     KeywordPrefix,
     TextMatch,
     TextPrefix,
+    pattern_literal,
 )
 from ki_core.search.text_index import analyzed_positions, german_words
 from ki_query.query_language.parser import HINT, identifier_run, lawless_references
@@ -117,11 +121,95 @@ def _field(node: Field, resolver: FieldResolver) -> Constraint:
         return KeywordMatch(field="matter_id", values=resolver.matter_ids(node.value))
     if node.name == "court":
         return KeywordMatch(field="courts", values=(normalized_court(node.value),))
-    if node.name == "statute" and (chains := lawless_references(node.value)):
-        # `norm:§§ 573, 574`: any of the sections, each in every law.
-        prefixes = [KeywordPrefix(field="identifier_values", prefix=chain + " ") for chain in chains]
-        return prefixes[0] if len(prefixes) == 1 else AnyOf(any=tuple(prefixes))
+    if node.name == "statute":
+        return _statute(node)
     return KeywordMatch(field="identifier_values", values=normalized_identifiers(node.value))
+
+
+def _statute(node: Field) -> Constraint:
+    """What a norm value names, any of which a document may cite (itself or a part of it; the index
+    holds each citation with its ancestors, whole_values): a reference with a law is its value; one
+    without a law (`norm:§§ 573, 574`) each section in every law; a range (`§§ 573-575`) every
+    section from its first to its last; an act or law alone (`Verordnung (EU) 2016/679`,
+    `norm:DSGVO`) the act and each article of it."""
+    whole = " ".join(node.value.split())
+    values: list[str] = []
+    conditions: list[Constraint] = []
+    if chains := lawless_references(whole):
+        for chain in chains:
+            conditions.append(KeywordPrefix(field="identifier_values", prefix=chain + " "))
+            if sections := section_range(chain, node.position):
+                conditions.append(_in_sections(sections, ".+"))
+    elif run := identifier_run(whole, extract(whole), 0):
+        for identifier in run:
+            if identifier.kind == "eu_reference" and identifier.section is None and identifier.law:
+                conditions.append(_whole_law(identifier.law))
+                continue
+            values.append(identifier.normalized)
+            if identifier.section and identifier.law and (sections := section_range(identifier.section, node.position)):
+                conditions.append(_in_sections(sections, pattern_literal(identifier.law)))
+    elif (law := named_law(whole)) is not None:
+        conditions.append(_whole_law(law))
+    else:
+        values.append(whole)
+    found = ([KeywordMatch(field="identifier_values", values=tuple(dict.fromkeys(values)))] if values else []) + conditions
+    return found[0] if len(found) == 1 else AnyOf(any=tuple(found))
+
+
+def _whole_law(citation: str) -> KeywordPattern:
+    """The act (or law) itself and every reference that ends in it: "DSGVO", "Art. 6 Abs. 1 DSGVO"."""
+    return KeywordPattern(field="identifier_values", pattern=f"(.* )?{pattern_literal(citation)}")
+
+
+def _in_sections(sections: str, law: str) -> KeywordPattern:
+    """Each section's value in `law` (both patterns); its parts carry it as their ancestor."""
+    return KeywordPattern(field="identifier_values", pattern=f"{sections} {law}")
+
+
+def named_law(value: str) -> str | None:
+    """The citation of the law or EU act `value` names alone ("DSGVO", "DS-GVO", "BGB"), else None."""
+    table = law_table()
+    law = table.by_abbr.get(value) or table.by_name.get(name_key(value.split()))
+    return law.citation if law is not None else None
+
+
+# Sections a range may span: `norm:§§ 1-2385 BGB` would be the whole law, asked for by accident.
+MAX_RANGE_SECTIONS = 50
+_RANGE = re.compile(r"(§§|Art\.) (\d+)([a-z]?)-(\d+)([a-z]?)")
+_SINGLE = {"§§": "§", "Art.": r"Art\."}
+
+
+def section_range(section: str, position: int) -> str | None:
+    """"§§ 573-575" -> a pattern of the sections from 573 to 575 ("§ (573[a-z]?|574[a-z]?|575)"):
+    letter sections between the ends count (§ 573c lies inside §§ 573-575), those after the last
+    number do not (§ 575a follows § 575). Likewise "Art. 5-7". None when `section` is no range."""
+    match = _RANGE.fullmatch(section)
+    if match is None:
+        return None
+    first, first_letter, last, last_letter = int(match[2]), match[3], int(match[4]), match[5]
+    if (last, last_letter) < (first, first_letter):
+        raise QuerySyntaxError(f"{section}: der Bereich endet vor seinem Anfang", position, HINT)
+    if last - first + 1 > MAX_RANGE_SECTIONS:
+        raise QuerySyntaxError(
+            f"{section} umfasst {last - first + 1} Vorschriften; ein Bereich darf höchstens {MAX_RANGE_SECTIONS} umfassen",
+            position,
+            HINT,
+        )
+    parts = [
+        _section_part(number, first_letter if number == first else "", last_letter if number == last else None)
+        for number in range(first, last + 1)
+    ]
+    return f"{_SINGLE[match[1]]} ({'|'.join(parts)})"
+
+
+def _section_part(number: int, from_letter: str, to_letter: str | None) -> str:
+    """`number` with the letters it may carry: from `from_letter` ("" is the bare number) up to
+    `to_letter` (None: every letter; "" the bare number only)."""
+    if to_letter == "":
+        return str(number)
+    low, high = from_letter or "a", to_letter or "z"
+    letters = low if low == high else f"[{low}-{high}]"
+    return f"{number}{letters}" if from_letter else f"{number}{letters}?"
 
 
 def normalized_identifiers(value: str) -> tuple[str, ...]:

@@ -8,9 +8,11 @@ this language has; everything else is a word.
 
 Field values: a quoted phrase, or the text up to the next keyword, field, phrase or
 parenthesis, cut here: `az:`/`norm:` take the citation ki_core.identifiers finds at the
-value's start ("§§ 573, 574 BGB", or identifiers joined by commas; the rest is text), `datum:`
-one range, the other fields one word. A citation right after `-` or NOT is read as the field it
-stands for (`-§ 573c BGB` as `-norm:§ 573c BGB`), so the exclusion takes the whole citation.
+value's start ("§§ 573, 574 BGB", or identifiers joined by commas; the rest is text; a file
+number without its spaces, "5U12/21", with them put back), `datum:` one range, the other fields
+one word. A citation that is an operand of its own -- right after `-` or NOT, or inside
+parentheses after the opening one, OR or AND -- is read as the field it stands for (`-§ 573c
+BGB` as `-norm:§ 573c BGB`, `-(§ 573c BGB)` alike), so the operator takes the whole citation.
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ def parse_query(text: str) -> ParsedQuery:
     if not text.strip():
         return ParsedQuery(text=text, tree=None, plain=True)
     _check_balanced(text)
-    masked, excluded = protected_identifiers(text)
+    masked, citations = protected_identifiers(text)
     try:
-        tree = _ToNodes(text, excluded).transform(_parser().parse(masked))
+        tree = _ToNodes(text, citations).transform(_parser().parse(masked))
     except VisitError as exc:
         if isinstance(exc.orig_exc, QuerySyntaxError):
             raise exc.orig_exc from None
@@ -81,9 +83,10 @@ def protected_identifiers(text: str) -> tuple[str, dict[int, Field]]:
     so the identifier stays the words it was. A span's parentheses and quotes are masked only when
     they pair inside it (an unpaired one belongs to the user's grouping).
 
-    An identifier right after `-` or NOT (`-§ 573c BGB`, `NOT Az. 5 U 12/21`) is masked with its
-    spaces, so the grammar reads it as one word, and returned by where it starts as the field it
-    stands for: the exclusion applies to the whole citation, not to its first token ("§")."""
+    A citation that is an operand of its own (`-§ 573c BGB`, `NOT Az. 5 U 12/21`, `-(§ 573c BGB)`,
+    `(§ 573c BGB OR § 574 BGB)`; `_citation_operands`) is masked with its spaces, so the grammar
+    reads it as one word, and returned by where it starts as the field it stands for: the exclusion
+    or the group applies to the whole citation, not to its first token ("§")."""
     masked = list(text)
     found = extract(text)
     for identifier in found:
@@ -91,10 +94,10 @@ def protected_identifiers(text: str) -> tuple[str, dict[int, Field]]:
         for at in range(identifier.start, identifier.end):
             if not masked[at].isspace() and masked[at] not in keep:
                 masked[at] = _MASK
-    excluded = _excluded_identifiers(text, found)
-    for start, field in excluded.items():
+    operands = _citation_operands(text, "".join(masked), found)
+    for start, field in operands.items():
         masked[start : start + field.length] = _MASK * field.length
-    return "".join(masked), {start: field.node for start, field in excluded.items()}
+    return "".join(masked), {start: field.node for start, field in operands.items()}
 
 
 def _unpaired(span: str) -> set[str]:
@@ -102,55 +105,112 @@ def _unpaired(span: str) -> set[str]:
     return {c for c in '()"' if span.count("(") != span.count(")") or span.count('"') % 2} & set(span)
 
 
-# What may stand between an exclusion and the identifier it excludes: nothing, or a file-number label.
-_EXCLUSION_BEFORE = re.compile(r"(?:^|[\s(])(?:-|NOT\s+)((?:Az\.?|AZ|Aktenzeichen)\s+)?$")
+# What makes a citation an operand of its own: an exclusion (`-`, NOT) right before it, or, inside
+# parentheses, the group's opening or an OR/AND (`(§ 573c BGB OR § 574 BGB)`); a file-number label
+# may stand between. Elsewhere a citation stays words: a query without operators is plain text, and
+# `Kündigung § 573c BGB` keeps reading "573c" and "BGB" as the words they are.
+_OPERAND_BEFORE = re.compile(
+    r"(?:(?P<exclusion>(?:^|[\s(])(?:-|NOT\s+))|\(\s*|\s(?P<keyword>OR|AND)\s+)"
+    r"(?P<label>(?:Az\.?|AZ|Aktenzeichen)\s+)?$"
+)
 # Identifiers joined by commas are one citation: "§ 573 Abs. 1, § 574 BGB", "VII ZR 1/19, VII ZR 2/19".
 _JOINED = re.compile(r"\s*,\s*")
 
 
 @dataclass(frozen=True, slots=True)
-class _ExcludedIdentifier:
+class _CitationOperand:
     node: Field
     length: int
 
 
-def _excluded_identifiers(text: str, found: list[Identifier]) -> dict[int, _ExcludedIdentifier]:
-    """Per masked start (the label's, else the identifier's): the field of an identifier run right
-    after an exclusion. A run whose parentheses or quotes do not pair stays words."""
-    excluded: dict[int, _ExcludedIdentifier] = {}
+def _citation_operands(text: str, masked: str, found: list[Identifier]) -> dict[int, _CitationOperand]:
+    """Per masked start (the label's, else the citation's): the field of each citation that is an
+    operand of its own (_OPERAND_BEFORE). A run whose parentheses or quotes do not pair stays words.
+    `masked` has the identifiers' own parentheses masked, so only the user's grouping counts."""
+    operands: dict[int, _CitationOperand] = {}
     for start in sorted({identifier.start for identifier in found}):
-        before = _EXCLUSION_BEFORE.search(text, 0, start)
+        before = _operand_before(text, masked, start)
         if before is None:
             continue
         run = identifier_run(text, found, start)
         end = max(identifier.end for identifier in run)
         if _unpaired(text[start:end]):
             continue
-        masked_from = before.start(1) if before.group(1) else start
+        masked_from = before.start("label") if before.group("label") else start
         name = "statute" if all(i.kind in ("statute", "eu_reference") for i in run) else "docket"
-        field = Field(name=name, value=text[start:end], position=masked_from)
-        excluded[masked_from] = _ExcludedIdentifier(field, end - masked_from)
-    return excluded | _excluded_lawless(text, {identifier.start for identifier in found})
+        operands[masked_from] = _CitationOperand(Field(name=name, value=text[start:end], position=masked_from), end - masked_from)
+    starts = {identifier.start for identifier in found}
+    return operands | _lawless_operands(text, masked, starts) | _unspaced_dockets(text, masked, starts)
 
 
-# `-§ 573c`, `NOT §§ 573, 574`: a reference without a law after an exclusion, read like `-norm:§ 573c`.
-_LAWLESS_EXCLUSION = re.compile(r"(?:^|[\s(])(?:-|NOT\s+)(?=§|Art)")
+def _operand_before(text: str, masked: str, start: int) -> re.Match[str] | None:
+    """The exclusion or group opening right before `start`; an OR/AND counts only inside parentheses."""
+    before = _OPERAND_BEFORE.search(text, 0, start)
+    if before is None or (before.group("keyword") and _depth(masked, before.start()) == 0):
+        return None
+    return before
+
+
+def _depth(masked: str, end: int) -> int:
+    """How many of the user's parentheses are open before `end` (quoted ones are text)."""
+    depth, quoted = 0, False
+    for char in masked[:end]:
+        quoted = quoted != (char == '"')
+        if not quoted:
+            depth += (char == "(") - (char == ")")
+    return depth
+
+
 # How far a reference without a law may run ("§ 573c Abs. 1 Satz 2 Nr. 3" is eight words).
 _LAWLESS_WORDS = 10
+# Where a reference without a law must end at the latest: a parenthesis, a quote or a keyword.
+_OPERAND_WINDOW = re.compile(r'(?:(?!\s(?:OR|AND|NOT)(?=[\s()"]|$))[^()"])*')
 
 
-def _excluded_lawless(text: str, identifier_starts: set[int]) -> dict[int, _ExcludedIdentifier]:
-    """The extractor knows no reference without a law; the same cut as `norm:` values finds where one ends."""
-    excluded: dict[int, _ExcludedIdentifier] = {}
-    for exclusion in _LAWLESS_EXCLUSION.finditer(text):
-        start = exclusion.end()
-        if start in identifier_starts:
+def _lawless_operands(text: str, masked: str, identifier_starts: set[int]) -> dict[int, _CitationOperand]:
+    """`-§ 573c`, `(§§ 573, 574 OR …)`: the extractor knows no reference without a law; the same cut as
+    `norm:` values finds where one ends, and it is read like `norm:§ 573c`."""
+    operands: dict[int, _CitationOperand] = {}
+    for reference in re.finditer(r"(?<=[\s(])(?=§|Art)|^(?=§|Art)", text):
+        start = reference.start()
+        if start in identifier_starts or _operand_before(text, masked, start) is None:
             continue
-        window = re.match(r'[^()"]*', text[start:]).group()  # type: ignore[union-attr]
+        window = _OPERAND_WINDOW.match(text, start).group()  # type: ignore[union-attr]
         head, _ = _lawless_cut(" ".join(window.split(" ")[:_LAWLESS_WORDS]).rstrip())
         if lawless_references(head):
-            excluded[start] = _ExcludedIdentifier(Field(name="statute", value=head, position=start), len(head))
-    return excluded
+            operands[start] = _CitationOperand(Field(name="statute", value=head, position=start), len(head))
+    return operands
+
+
+# A file number without the spaces the extractor needs: after its label ("Az.5 U 12/21") or written
+# together ("5U12/21"): chamber, register, number/year.
+_DOCKET_PARTS = (
+    r"(?P<chamber>\d{1,4}[a-z]?|[IVX]{1,5})?\s*(?P<register>[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5})\s*(?P<number>\d{1,6}/\d{2})(?![\d/])"
+)
+_UNSPACED_DOCKET = re.compile(_DOCKET_PARTS)
+_LABELLED_DOCKET = re.compile(r"(?P<label>Az\.?:?|AZ:?|Aktenzeichen:?)\s*" + _DOCKET_PARTS)
+
+
+def _unspaced_dockets(text: str, masked: str, identifier_starts: set[int]) -> dict[int, _CitationOperand]:
+    """`-Az.5U12/21`: a labelled file number the extractor cannot read as written, read with its spaces
+    put back ("5 U 12/21"; spaced_case_number)."""
+    operands: dict[int, _CitationOperand] = {}
+    for docket in _LABELLED_DOCKET.finditer(text):
+        start = docket.start()
+        if any(docket.end("label") <= at < docket.end() for at in identifier_starts):
+            continue  # "Az. 5 U 12/21": the extractor read it, _citation_operands has it
+        if _operand_before(text, masked, start) is not None and (spaced := spaced_case_number(docket)):
+            operands[start] = _CitationOperand(Field(name="docket", value=spaced, position=start), docket.end() - start)
+    return operands
+
+
+def spaced_case_number(docket: re.Match[str]) -> str | None:
+    """The case number a docket match spells, with its spaces, when the extractor reads that as one
+    case number (the court table then vouches for the register, as for any file number)."""
+    spaced = " ".join(part for part in docket.group("chamber", "register", "number") if part)
+    found = extract(spaced)
+    whole = len(found) == 1 and found[0].kind == "case_number" and (found[0].start, found[0].end) == (0, len(spaced))
+    return found[0].normalized if whole else None
 
 
 def identifier_run(text: str, found: list[Identifier], start: int) -> list[Identifier]:
@@ -216,18 +276,18 @@ def _check_not_only_exclusions(tree: Node) -> None:
 class _ToNodes(Transformer):
     """lark's parse tree to `syntax` nodes; field values resolved to what they name."""
 
-    def __init__(self, text: str, excluded: dict[int, Field]) -> None:
+    def __init__(self, text: str, citations: dict[int, Field]) -> None:
         super().__init__()
         self.text = text
-        self.excluded_identifiers = excluded
+        self.citations = citations
 
     def _original(self, token: Token) -> str:
         """The token as typed (the grammar read the identifiers masked, ki: protected_identifiers)."""
         return self.text[token.start_pos : token.start_pos + len(token)]
 
     def word(self, token: Token) -> Node:
-        if token.start_pos in self.excluded_identifiers:  # an identifier after "-" or NOT, read as one word
-            return self.excluded_identifiers[token.start_pos]
+        if token.start_pos in self.citations:  # a citation that is an operand of its own, read as one word
+            return self.citations[token.start_pos]
         value = self._original(token)
         if value.endswith("*") and len(value) > 1 and _WORD_CHAR.search(value[:-1]) and "*" not in value[:-1]:
             return Wildcard(prefix=value[:-1], position=token.start_pos)
@@ -311,6 +371,8 @@ def _cut_value(field: str, raw: str) -> tuple[str, str]:
             return stripped[:end], stripped[end:]
         if field == "statute":
             return _lawless_cut(stripped)
+        if (docket := _UNSPACED_DOCKET.match(stripped)) and (spaced := spaced_case_number(docket)):
+            return spaced, stripped[docket.end() :]
         return stripped, ""
     head, _, rest = stripped.partition(" ")
     if field == "court" and rest and head in _regional_court_codes():  # "OLG München": the court and its seat
