@@ -171,7 +171,7 @@ def _lawless_operands(text: str, masked: str, identifier_starts: set[int]) -> di
     """`-§ 573c`, `(§§ 573, 574 OR …)`: the extractor knows no reference without a law; the same cut as
     `norm:` values finds where one ends, and it is read like `norm:§ 573c`."""
     operands: dict[int, _CitationOperand] = {}
-    for reference in re.finditer(r"(?<=[\s(])(?=§|Art)|^(?=§|Art)", text):
+    for reference in re.finditer(r"(?<![\w§])(?=§|Art)", text):
         start = reference.start()
         if start in identifier_starts or _operand_before(text, masked, start) is None:
             continue

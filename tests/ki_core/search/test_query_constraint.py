@@ -13,6 +13,7 @@ per-chunk constraint would show too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from functools import cache
 from datetime import date
@@ -27,6 +28,7 @@ from ki_core.search.constraint import (
     Constraint,
     DateMatch,
     KeywordMatch,
+    KeywordPattern,
     KeywordPrefix,
     TextMatch,
     TextPrefix,
@@ -106,6 +108,15 @@ CITING = {
     "doc-cites-both": ("Die Kündigung ist an §§ 573, 574 BGB zu messen.",),
     "doc-cites-docket": ("Die Kündigung folgt dem Urteil des OLG Köln, Az. 5 U 12/21.",),
     "doc-cites-nothing": ("Die Kündigung nennt keine Vorschrift.",),
+    # The law spelled out: cited, though the words "573c" and "BGB" never stand together.
+    "doc-cites-573c-spelled-out": ("Die Kündigung hält § 573c Abs. 1 des Bürgerlichen Gesetzbuchs ein.",),
+    "doc-cites-574-spelled-out": ("Der Mieter widerspricht der Kündigung nach § 574 des Bürgerlichen Gesetzbuchs.",),
+    "doc-cites-dsgvo-article": ("Die Kündigung des Newsletters stützt sich auf Art. 6 Abs. 1 DSGVO.",),
+    "doc-cites-dsgvo-act": ("Die Kündigung wahrt die Verordnung (EU) 2016/679.",),
+    # Letter sections: § 573a lies inside §§ 573-575, § 575a after it.
+    "doc-cites-573a": ("Die Kündigung der Einliegerwohnung folgt § 573a Abs. 1 BGB.",),
+    "doc-cites-575": ("Die Kündigung des Zeitmietvertrags scheitert an § 575 Abs. 1 BGB.",),
+    "doc-cites-575a": ("Die Kündigung mit gesetzlicher Frist regelt § 575a BGB.",),
 }
 
 
@@ -165,6 +176,15 @@ QUERIES = [
     "Kündigung -§ 573",
     "norm:§§ 573, 574",
     "norm:§§ 573, 574 BGB",
+    "Kündigung -(§ 573c BGB)",
+    "Kündigung NOT (§ 573c BGB)",
+    "Kündigung (§ 573c BGB OR § 574 BGB)",
+    "Kündigung -Verordnung (EU) 2016/679",
+    "Kündigung norm:DSGVO",
+    "norm:§§ 573-575",
+    "norm:§§ 573–575 BGB",
+    "Kündigung -Az.5 U 12/21",
+    "Kündigung -Az.5U12/21",
 ]
 
 
@@ -183,13 +203,15 @@ def chunk_oracle(node: Constraint, chunk: IndexChunk) -> bool:
         )
     if isinstance(node, TextPrefix):
         return any(token.startswith(node.prefix) for _, token in tokens_of(chunk.text))
-    if isinstance(node, KeywordMatch | KeywordPrefix):
+    if isinstance(node, KeywordMatch | KeywordPrefix | KeywordPattern):
         values = {
             "doc_type_ancestors": chunk.doc_type_ancestors, "project_id": (chunk.project_id,),
             "matter_id": (chunk.matter_id,), "identifier_values": chunk.identifier_values, "courts": chunk.courts,
         }[node.field]  # fmt: skip
         if isinstance(node, KeywordPrefix):
             return any(value.startswith(node.prefix) for value in values)
+        if isinstance(node, KeywordPattern):
+            return any(re.fullmatch(node.pattern, value) for value in values)
         return bool(set(values) & set(node.values))
     if isinstance(node, DateMatch):
         day = chunk.doc_date
@@ -329,6 +351,21 @@ MEANINGS: dict[str, Constraint] = {
     "Kündigung -§ 573": AllOf(must=(_words("Kündigung"),), must_not=(_cites_in_any_law("§ 573"),)),
     "norm:§§ 573, 574": _cites_in_any_law("§ 573", "§ 574"),
     "norm:§§ 573, 574 BGB": _cites("§ 573 BGB", "§ 574 BGB"),
+    # A citation in parentheses is the citation, as after a minus (the old parser read its words).
+    "Kündigung -(§ 573c BGB)": AllOf(must=(_words("Kündigung"),), must_not=(_cites("§ 573c BGB"),)),
+    "Kündigung NOT (§ 573c BGB)": AllOf(must=(_words("Kündigung"),), must_not=(_cites("§ 573c BGB"),)),
+    "Kündigung (§ 573c BGB OR § 574 BGB)": AllOf(
+        must=(_words("Kündigung"), AnyOf(any=(_cites("§ 573c BGB"), _cites("§ 574 BGB"))))
+    ),
+    # An EU act is the act and each of its articles (the fixture's one article: Art. 6, with its Abs. 1).
+    "Kündigung -Verordnung (EU) 2016/679": AllOf(must=(_words("Kündigung"),), must_not=(_cites("DSGVO", "Art. 6 DSGVO"),)),
+    "Kündigung norm:DSGVO": AllOf(must=(_words("Kündigung"), _cites("DSGVO", "Art. 6 DSGVO"))),
+    # A range is every section from its first to its last, letter sections between them included.
+    "norm:§§ 573-575": _cites_in_any_law("§ 573", "§ 573a", "§ 573c", "§ 574", "§ 575"),
+    "norm:§§ 573–575 BGB": _cites("§ 573 BGB", "§ 573a BGB", "§ 573c BGB", "§ 574 BGB", "§ 575 BGB"),
+    # A file number right after its label, or without any spaces.
+    "Kündigung -Az.5 U 12/21": AllOf(must=(_words("Kündigung"),), must_not=(_cites("5 U 12/21"),)),
+    "Kündigung -Az.5U12/21": AllOf(must=(_words("Kündigung"),), must_not=(_cites("5 U 12/21"),)),
 }
 
 

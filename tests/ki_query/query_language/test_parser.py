@@ -48,8 +48,10 @@ def test_identifiers_are_found_before_parsing_and_stay_the_words_they_were() -> 
     assert parse_query(f"{ECLI} -Kündigung").tree == All(
         children=(Word(ECLI, 0), Not(Word("Kündigung", 39), 38)), position=-1
     )
+    assert parse_query(f"{ECLI} OR Kündigung").tree == Any(children=(Word(ECLI, 0), Word("Kündigung", 41)), position=0)
+    # Inside parentheses an identifier opening an operand is a citation, read whole (see below).
     assert parse_query(f"({ECLI} OR Kündigung)").tree == All(
-        children=(Any(children=(Word(ECLI, 1), Word("Kündigung", 42)), position=1),), position=0
+        children=(Any(children=(Field("docket", ECLI, 1), Word("Kündigung", 42)), position=1),), position=0
     )
     tree = parse_query("Verordnung (EU) 2016/679 -Einwilligung").tree
     assert tree == All(children=(Word("Verordnung", 0), Word("(EU)", 11), Word("2016/679", 16),
