@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ki_core.search.constraint import AllOf, AnyOf, KeywordMatch, KeywordPrefix, TextMatch
+from ki_core.search.constraint import AllOf, AnyOf, KeywordMatch, KeywordPattern, KeywordPrefix, TextMatch
 from ki_query.query_language.parser import parse_query
 from ki_query.query_language.plan import plan_query, surely_plain
 from ki_query.query_language.syntax import All, Any, DateSpan, Field, Not, Phrase, QuerySyntaxError, Wildcard, Word
@@ -150,6 +151,113 @@ def test_several_identifiers_in_one_field_are_any_of_them(query: str, values: tu
     assert {value for value, _ in plan.identifier_terms} >= set(values)
 
 
+@pytest.mark.parametrize(
+    ("query", "citation"),
+    [
+        ("Kündigung -(§ 573c BGB)", Not(All(children=(Field("statute", "§ 573c BGB", 12),), position=11), 10)),
+        ("Kündigung NOT (§ 573c BGB)", Not(All(children=(Field("statute", "§ 573c BGB", 15),), position=14), 10)),
+        ("Kündigung -(§ 573c)", Not(All(children=(Field("statute", "§ 573c", 12),), position=11), 10)),
+        ("Kündigung -(Az. 5 U 12/21)", Not(All(children=(Field("docket", "5 U 12/21", 12),), position=11), 10)),
+        (
+            "Kündigung (§ 573c BGB OR § 574 BGB)",
+            All(children=(Any(children=(Field("statute", "§ 573c BGB", 11), Field("statute", "§ 574 BGB", 25)),
+                              position=11),), position=10),
+        ),
+        (
+            "Kündigung (Wohnraum OR §§ 573, 574)",
+            All(children=(Any(children=(Word("Wohnraum", 11), Field("statute", "§§ 573, 574", 23)), position=11),),
+                position=10),
+        ),
+        (
+            "Kündigung -(Verordnung (EU) 2016/679)",
+            Not(All(children=(Field("statute", "Verordnung (EU) 2016/679", 12),), position=11), 10),
+        ),
+    ],
+)  # fmt: skip
+def test_a_citation_opening_an_operand_in_parentheses_is_the_citation(query: str, citation) -> None:
+    """Inside parentheses, a citation after the opening one, OR or AND is read whole, as after a minus (the
+    old parser read `-(§ 573c BGB)` as "not all of 573c and BGB" and the group's citations as words)."""
+    assert parse_query(query).tree == All(children=(Word("Kündigung", 0), citation), position=-1)
+
+
+@pytest.mark.parametrize(
+    "query", ["§ 573c BGB OR § 574 BGB", "(Kündigung § 573c BGB)", "Kündigung § 573c BGB -Wohnraum"]
+)
+def test_a_citation_that_opens_no_operand_stays_words(query: str) -> None:
+    """Only an operator or a group's opening makes a citation a citation; elsewhere it is the words it is."""
+    fields = [node for node in _nodes(parse_query(query).tree) if isinstance(node, Field)]
+    assert fields == []
+
+
+@pytest.mark.parametrize(
+    ("query", "value", "position"),
+    [
+        ("Kündigung -Az.5 U 12/21", "5 U 12/21", 11),
+        ("Kündigung -Az.5U12/21", "5 U 12/21", 11),
+        ("Kündigung NOT Az.VIIZR123/19", "VII ZR 123/19", 14),
+        ("Kündigung -Aktenzeichen:5U12/21", "5 U 12/21", 11),
+    ],
+)
+def test_a_labelled_file_number_without_spaces_is_excluded_whole(query: str, value: str, position: int) -> None:
+    tree = parse_query(query).tree
+    assert tree == All(children=(Word("Kündigung", 0), Not(Field("docket", value, position), 10)), position=-1)
+    assert plan_query(query, None).constraint == AllOf(
+        must=(TextMatch(text="Kündigung", tokens=((0, "kundig"),)),),
+        must_not=(KeywordMatch(field="identifier_values", values=(value,)),),
+    )
+
+
+def test_a_file_number_without_spaces_is_read_only_when_the_extractor_knows_its_register() -> None:
+    assert parse_query("az:5U12/21 Miete").tree == All(
+        children=(Field("docket", "5 U 12/21", 0), Word("Miete", 11)), position=0
+    )
+    assert parse_query("Kündigung -Az.Xyz12/21").tree == All(
+        children=(Word("Kündigung", 0), Not(Word("Az.Xyz12/21", 11), 10)), position=-1
+    )
+
+
+def _matches(query: str, value: str) -> bool:
+    constraint = plan_query(query, None).constraint
+    leaves = constraint.any if isinstance(constraint, AnyOf) else (constraint,)  # type: ignore[union-attr]
+    return any(
+        (isinstance(leaf, KeywordMatch) and value in leaf.values)
+        or (isinstance(leaf, KeywordPrefix) and value.startswith(leaf.prefix))
+        or (isinstance(leaf, KeywordPattern) and re.fullmatch(leaf.pattern, value) is not None)
+        for leaf in leaves
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "inside", "outside"),
+    [
+        ("norm:§§ 573-575 BGB", ["§ 573 BGB", "§ 573a BGB", "§ 573d BGB", "§ 574c BGB", "§ 575 BGB", "§§ 573-575 BGB"],
+         ["§ 572 BGB", "§ 575a BGB", "§ 576 BGB", "§ 5730 BGB", "§ 573 ZPO", "§ 57 BGB"]),
+        ("norm:§§ 573–575 BGB", ["§ 574 BGB"], ["§ 574 ZPO"]),
+        ("norm:§§ 573 bis 575 BGB", ["§ 574 BGB"], ["§ 576 BGB"]),
+        ("norm:§§ 573c-575a BGB", ["§ 573c BGB", "§ 574 BGB", "§ 575a BGB"], ["§ 573 BGB", "§ 573b BGB", "§ 575b BGB"]),
+        ("norm:§§ 573a-573d BGB", ["§ 573a BGB", "§ 573d BGB"], ["§ 573 BGB", "§ 573e BGB", "§ 574 BGB"]),
+        ("norm:§§ 573-575", ["§ 573 ZPO", "§ 573c Abs. 1 BGB", "§ 575 Abs. 2 InsO"], ["§ 575a BGB", "§ 5730 BGB"]),
+        ("norm:Art. 5-7 DSGVO", ["Art. 5 DSGVO", "Art. 6 DSGVO", "Art. 7 DSGVO"], ["Art. 8 DSGVO", "Art. 6 BayEUG"]),
+    ],
+)  # fmt: skip
+def test_a_range_is_every_section_from_its_first_to_its_last(query: str, inside: list[str], outside: list[str]) -> None:
+    """Letter sections between the ends are inside (§ 573c in §§ 573-575), those after the last are not
+    (§ 575a follows § 575). With a law the range matches the sections' own values, which every part of
+    them carries as its ancestor; without one, each section in every law."""
+    assert [value for value in inside if not _matches(query, value)] == []
+    assert [value for value in outside if _matches(query, value)] == []
+
+
+@pytest.mark.parametrize(
+    "query", ["norm:DSGVO", "norm:DS-GVO", "norm:Datenschutz-Grundverordnung", "norm:Verordnung (EU) 2016/679"]
+)
+def test_an_eu_act_named_alone_is_the_act_and_every_article_of_it(query: str) -> None:
+    inside = ["DSGVO", "Art. 6 DSGVO", "Art. 6 Abs. 1 DSGVO", "Art. 4 Nr. 11 DSGVO"]
+    outside = ["Art. 6 BDSG", "§ 26 BDSG", "Art. 6 EU-DSGVO-Anpassungsgesetz", "RL 95/46/EG"]
+    assert [value for value in inside if not _matches(query, value)] == []
+    assert [value for value in outside if _matches(query, value)] == []
+
+
 def _nodes(node):
     yield node
     for child in getattr(node, "children", ()) or ((node.child,) if isinstance(node, Not) else ()):
@@ -240,6 +348,11 @@ def test_date_ranges_with_open_ends(query: str, start: date | None, end: date | 
         ("norm:§§", 0, "nennt keine Vorschrift"),
         ("Miete norm:§ OR Pacht", 6, "nennt keine Vorschrift"),
         ("Miete norm:Art. Mietsache", 6, "nennt keine Vorschrift"),
+        ("Miete norm:§§ 1-100 BGB", 6, "umfasst 100 Vorschriften; ein Bereich darf höchstens 50"),
+        ("Miete norm:§§ 500-551", 6, "umfasst 52 Vorschriften"),
+        ("Miete -§§ 1-2385 BGB", 7, "umfasst 2385 Vorschriften"),
+        ("Miete (§§ 575-573 BGB OR Pacht)", 7, "endet vor seinem Anfang"),
+        ("Miete norm:§§ 573c-573a BGB", 6, "endet vor seinem Anfang"),
     ],
 )
 def test_bad_input_is_refused_with_position_and_a_german_message(query: str, position: int, words: str) -> None:
