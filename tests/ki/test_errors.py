@@ -103,6 +103,8 @@ def test_an_empty_postgresql_database_is_recognized_as_no_store(pg_template) -> 
         ("datum:2021-01-01..2020-01-01", "der Anfang liegt nach dem Ende (Stelle 1)"),
         ("-Wohnraum", "es fehlt ein Begriff, nach dem gesucht wird (Stelle 1)"),
         ("Kündigung norm:§§", "norm:§§ nennt keine Vorschrift (z. B. norm:§ 573c BGB oder norm:§§ 573, 574) (Stelle 11)"),
+        ("Kündigung norm:§§ 1-100 BGB",
+         "§§ 1-100 umfasst 100 Vorschriften; ein Bereich darf höchstens 50 umfassen (Stelle 11)"),
     ],
 )
 def test_a_malformed_query_exits_2_with_the_error_and_a_hint_before_touching_the_index(

@@ -108,7 +108,8 @@ class AnyOf(_Frozen):
 
 
 Constraint = Annotated[
-    Union[TextMatch, TextPrefix, KeywordMatch, KeywordPrefix, KeywordPattern, DateMatch, AllOf, AnyOf], Field(discriminator="kind")
+    Union[TextMatch, TextPrefix, KeywordMatch, KeywordPrefix, KeywordPattern, DateMatch, AllOf, AnyOf],
+    Field(discriminator="kind"),
 ]
 AllOf.model_rebuild()
 AnyOf.model_rebuild()

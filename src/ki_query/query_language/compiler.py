@@ -9,11 +9,10 @@ same answer as for one the caller may not see), an unknown document type is an e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ki_core.identifiers import extract
+from ki_core.identifiers import Identifier, extract
 from ki_core.identifiers.laws import law_table, name_key
 from ki_core.identifiers.whole_values import normalized_court
 from ki_core.models.ontology import OntologyKind
@@ -31,7 +30,7 @@ from ki_core.search.constraint import (
     pattern_literal,
 )
 from ki_core.search.text_index import analyzed_positions, german_words
-from ki_query.query_language.parser import HINT, identifier_run, lawless_references
+from ki_query.query_language.parser import HINT, identifier_run, lawless_references, section_range
 from ki_query.query_language.syntax import (
     All,
     Any,
@@ -133,27 +132,39 @@ def _statute(node: Field) -> Constraint:
     section from its first to its last; an act or law alone (`Verordnung (EU) 2016/679`,
     `norm:DSGVO`) the act and each article of it."""
     whole = " ".join(node.value.split())
+    if chains := lawless_references(whole):
+        conditions = [condition for chain in chains for condition in _in_every_law(chain, node.position)]
+    elif run := identifier_run(whole, extract(whole), 0):
+        conditions = _cited(run, node.position)
+    elif (law := named_law(whole)) is not None:
+        conditions = [_whole_law(law)]
+    else:
+        conditions = [KeywordMatch(field="identifier_values", values=(whole,))]  # a value as pasted
+    return conditions[0] if len(conditions) == 1 else AnyOf(any=tuple(conditions))
+
+
+def _in_every_law(chain: str, position: int) -> list[Constraint]:
+    """"§ 573c" as every value "§ 573c …" (the prefix ends in a space: "§ 573" never reaches "§ 573c")."""
+    sections = section_range(chain, position)
+    prefix = KeywordPrefix(field="identifier_values", prefix=chain + " ")
+    return [prefix, _in_sections(sections, ".+")] if sections else [prefix]
+
+
+def _cited(run: list[Identifier], position: int) -> list[Constraint]:
+    """The run's values (one keyword condition), then what a value alone would miss: an act's
+    articles, a range's sections."""
     values: list[str] = []
     conditions: list[Constraint] = []
-    if chains := lawless_references(whole):
-        for chain in chains:
-            conditions.append(KeywordPrefix(field="identifier_values", prefix=chain + " "))
-            if sections := section_range(chain, node.position):
-                conditions.append(_in_sections(sections, ".+"))
-    elif run := identifier_run(whole, extract(whole), 0):
-        for identifier in run:
-            if identifier.kind == "eu_reference" and identifier.section is None and identifier.law:
-                conditions.append(_whole_law(identifier.law))
-                continue
-            values.append(identifier.normalized)
-            if identifier.section and identifier.law and (sections := section_range(identifier.section, node.position)):
-                conditions.append(_in_sections(sections, pattern_literal(identifier.law)))
-    elif (law := named_law(whole)) is not None:
-        conditions.append(_whole_law(law))
-    else:
-        values.append(whole)
-    found = ([KeywordMatch(field="identifier_values", values=tuple(dict.fromkeys(values)))] if values else []) + conditions
-    return found[0] if len(found) == 1 else AnyOf(any=tuple(found))
+    for identifier in run:
+        if identifier.kind == "eu_reference" and identifier.section is None and identifier.law:
+            conditions.append(_whole_law(identifier.law))
+            continue
+        values.append(identifier.normalized)
+        if identifier.section and identifier.law and (sections := section_range(identifier.section, position)):
+            conditions.append(_in_sections(sections, pattern_literal(identifier.law)))
+    if values:
+        conditions.insert(0, KeywordMatch(field="identifier_values", values=tuple(dict.fromkeys(values))))
+    return conditions
 
 
 def _whole_law(citation: str) -> KeywordPattern:
@@ -171,45 +182,6 @@ def named_law(value: str) -> str | None:
     table = law_table()
     law = table.by_abbr.get(value) or table.by_name.get(name_key(value.split()))
     return law.citation if law is not None else None
-
-
-# Sections a range may span: `norm:§§ 1-2385 BGB` would be the whole law, asked for by accident.
-MAX_RANGE_SECTIONS = 50
-_RANGE = re.compile(r"(§§|Art\.) (\d+)([a-z]?)-(\d+)([a-z]?)")
-_SINGLE = {"§§": "§", "Art.": r"Art\."}
-
-
-def section_range(section: str, position: int) -> str | None:
-    """"§§ 573-575" -> a pattern of the sections from 573 to 575 ("§ (573[a-z]?|574[a-z]?|575)"):
-    letter sections between the ends count (§ 573c lies inside §§ 573-575), those after the last
-    number do not (§ 575a follows § 575). Likewise "Art. 5-7". None when `section` is no range."""
-    match = _RANGE.fullmatch(section)
-    if match is None:
-        return None
-    first, first_letter, last, last_letter = int(match[2]), match[3], int(match[4]), match[5]
-    if (last, last_letter) < (first, first_letter):
-        raise QuerySyntaxError(f"{section}: der Bereich endet vor seinem Anfang", position, HINT)
-    if last - first + 1 > MAX_RANGE_SECTIONS:
-        raise QuerySyntaxError(
-            f"{section} umfasst {last - first + 1} Vorschriften; ein Bereich darf höchstens {MAX_RANGE_SECTIONS} umfassen",
-            position,
-            HINT,
-        )
-    parts = [
-        _section_part(number, first_letter if number == first else "", last_letter if number == last else None)
-        for number in range(first, last + 1)
-    ]
-    return f"{_SINGLE[match[1]]} ({'|'.join(parts)})"
-
-
-def _section_part(number: int, from_letter: str, to_letter: str | None) -> str:
-    """`number` with the letters it may carry: from `from_letter` ("" is the bare number) up to
-    `to_letter` (None: every letter; "" the bare number only)."""
-    if to_letter == "":
-        return str(number)
-    low, high = from_letter or "a", to_letter or "z"
-    letters = low if low == high else f"[{low}-{high}]"
-    return f"{number}{letters}" if from_letter else f"{number}{letters}?"
 
 
 def normalized_identifiers(value: str) -> tuple[str, ...]:

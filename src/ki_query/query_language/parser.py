@@ -69,6 +69,7 @@ def parse_query(text: str) -> ParsedQuery:
     except UnexpectedInput as exc:
         raise _unexpected(text, exc) from None
     _check_not_only_exclusions(tree)
+    _check_ranges(tree)
     return ParsedQuery(text=text, tree=tree, plain=_is_plain(tree))
 
 
@@ -138,7 +139,8 @@ def _citation_operands(text: str, masked: str, found: list[Identifier]) -> dict[
             continue
         masked_from = before.start("label") if before.group("label") else start
         name = "statute" if all(i.kind in ("statute", "eu_reference") for i in run) else "docket"
-        operands[masked_from] = _CitationOperand(Field(name=name, value=text[start:end], position=masked_from), end - masked_from)
+        field = Field(name=name, value=text[start:end], position=masked_from)
+        operands[masked_from] = _CitationOperand(field, end - masked_from)
     starts = {identifier.start for identifier in found}
     return operands | _lawless_operands(text, masked, starts) | _unspaced_dockets(text, masked, starts)
 
@@ -185,7 +187,8 @@ def _lawless_operands(text: str, masked: str, identifier_starts: set[int]) -> di
 # A file number without the spaces the extractor needs: after its label ("Az.5 U 12/21") or written
 # together ("5U12/21"): chamber, register, number/year.
 _DOCKET_PARTS = (
-    r"(?P<chamber>\d{1,4}[a-z]?|[IVX]{1,5})?\s*(?P<register>[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5})\s*(?P<number>\d{1,6}/\d{2})(?![\d/])"
+    r"(?P<chamber>\d{1,4}[a-z]?|[IVX]{1,5})?\s*(?P<register>[A-ZÄÖÜ][A-Za-zÄÖÜäöü]{0,5})\s*"
+    r"(?P<number>\d{1,6}/\d{2})(?![\d/])"
 )
 _UNSPACED_DOCKET = re.compile(_DOCKET_PARTS)
 _LABELLED_DOCKET = re.compile(r"(?P<label>Az\.?:?|AZ:?|Aktenzeichen:?)\s*" + _DOCKET_PARTS)
@@ -270,6 +273,20 @@ def _check_not_only_exclusions(tree: Node) -> None:
         raise QuerySyntaxError(
             "Die Suche schließt nur aus; es fehlt ein Begriff, nach dem gesucht wird", children[0].position, HINT
         )
+
+
+def _check_ranges(node: Node) -> None:
+    """A range too wide or backwards is refused by the parse (the CLI parses before it opens the index)."""
+    if isinstance(node, Not):
+        _check_ranges(node.child)
+    elif isinstance(node, All | Any):
+        for child in node.children:
+            _check_ranges(child)
+    elif isinstance(node, Field) and node.name == "statute":
+        whole = " ".join(node.value.split())
+        cited = [i.section for i in identifier_run(whole, extract(whole), 0) if i.section]
+        for section in lawless_references(whole) or cited:
+            section_range(section, node.position)
 
 
 @v_args(inline=True)
@@ -408,6 +425,42 @@ def lawless_references(value: str) -> tuple[str, ...]:
     if not run or max(i.end for i in run) != len(read) or any(i.law != _STAND_IN_LAW for i in run):
         return ()
     return tuple(dict.fromkeys(i.normalized.removesuffix(f" {_STAND_IN_LAW}") for i in run))
+
+
+# Sections a range may span: `norm:§§ 1-2385 BGB` would be the whole law, asked for by accident.
+MAX_RANGE_SECTIONS = 50
+_RANGE = re.compile(r"(§§|Art\.) (\d+)([a-z]?)-(\d+)([a-z]?)")
+_SINGLE = {"§§": "§", "Art.": r"Art\."}
+
+
+def section_range(section: str, position: int) -> str | None:
+    """"§§ 573-575" -> a pattern of the sections from 573 to 575 ("§ (573[a-z]?|574[a-z]?|575)"):
+    letter sections between the ends count (§ 573c lies inside §§ 573-575), those after the last
+    number do not (§ 575a follows § 575). Likewise "Art. 5-7". None when `section` is no range."""
+    match = _RANGE.fullmatch(section)
+    if match is None:
+        return None
+    first, first_letter, last, last_letter = int(match[2]), match[3], int(match[4]), match[5]
+    if (last, last_letter) < (first, first_letter):
+        raise QuerySyntaxError(f"{section}: der Bereich endet vor seinem Anfang", position, HINT)
+    if last - first + 1 > MAX_RANGE_SECTIONS:
+        wide = f"{section} umfasst {last - first + 1} Vorschriften"
+        raise QuerySyntaxError(f"{wide}; ein Bereich darf höchstens {MAX_RANGE_SECTIONS} umfassen", position, HINT)
+    parts = [
+        _section_part(number, first_letter if number == first else "", last_letter if number == last else None)
+        for number in range(first, last + 1)
+    ]
+    return f"{_SINGLE[match[1]]} ({'|'.join(parts)})"
+
+
+def _section_part(number: int, from_letter: str, to_letter: str | None) -> str:
+    """`number` with the letters it may carry: from `from_letter` ("" is the bare number) up to
+    `to_letter` (None: every letter; "" the bare number only)."""
+    if to_letter == "":
+        return str(number)
+    low, high = from_letter or "a", to_letter or "z"
+    letters = low if low == high else f"[{low}-{high}]"
+    return f"{number}{letters}" if from_letter else f"{number}{letters}?"
 
 
 # A norm value that starts like a § or Art. reference must read as one (or as several).

@@ -167,6 +167,15 @@ def test_a_norm_filter_naming_no_norm_is_400_with_the_reason_and_position(client
     assert body["hint"].startswith("Hinweis:")
 
 
+def test_a_range_of_more_than_50_sections_is_400_with_the_reason_and_position(client: TestClient) -> None:
+    """`-§§ 1-2385 BGB` would be most of the law, asked for by accident: refused where the range starts."""
+    response = _search(client, {"X-API-Key": ANNA_KEY}, query="Kündigung -§§ 1-2385 BGB")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["detail"].startswith("§§ 1-2385 umfasst 2385 Vorschriften") and body["position"] == 11
+    assert body["hint"].startswith("Hinweis:")
+
+
 def test_invalid_filters_are_400_naming_the_field(client: TestClient) -> None:
     response = _search(client, {"X-API-Key": ANNA_KEY}, filters={"date_from": "2024-05-01", "date_to": "2024-01-01"})
     assert response.status_code == 400

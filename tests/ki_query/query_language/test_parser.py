@@ -49,7 +49,9 @@ def test_identifiers_are_found_before_parsing_and_stay_the_words_they_were() -> 
     assert parse_query(f"{ECLI} -Kündigung").tree == All(
         children=(Word(ECLI, 0), Not(Word("Kündigung", 39), 38)), position=-1
     )
-    assert parse_query(f"{ECLI} OR Kündigung").tree == Any(children=(Word(ECLI, 0), Word("Kündigung", 41)), position=0)
+    assert parse_query(f"{ECLI} OR Kündigung").tree == Any(
+        children=(Word(ECLI, 0), Word("Kündigung", 41)), position=0
+    )
     # Inside parentheses an identifier opening an operand is a citation, read whole (see below).
     assert parse_query(f"({ECLI} OR Kündigung)").tree == All(
         children=(Any(children=(Field("docket", ECLI, 1), Word("Kündigung", 42)), position=1),), position=0
@@ -230,13 +232,16 @@ def _matches(query: str, value: str) -> bool:
 @pytest.mark.parametrize(
     ("query", "inside", "outside"),
     [
-        ("norm:§§ 573-575 BGB", ["§ 573 BGB", "§ 573a BGB", "§ 573d BGB", "§ 574c BGB", "§ 575 BGB", "§§ 573-575 BGB"],
+        ("norm:§§ 573-575 BGB",
+         ["§ 573 BGB", "§ 573a BGB", "§ 573d BGB", "§ 574c BGB", "§ 575 BGB", "§§ 573-575 BGB"],
          ["§ 572 BGB", "§ 575a BGB", "§ 576 BGB", "§ 5730 BGB", "§ 573 ZPO", "§ 57 BGB"]),
         ("norm:§§ 573–575 BGB", ["§ 574 BGB"], ["§ 574 ZPO"]),
         ("norm:§§ 573 bis 575 BGB", ["§ 574 BGB"], ["§ 576 BGB"]),
-        ("norm:§§ 573c-575a BGB", ["§ 573c BGB", "§ 574 BGB", "§ 575a BGB"], ["§ 573 BGB", "§ 573b BGB", "§ 575b BGB"]),
+        ("norm:§§ 573c-575a BGB",
+         ["§ 573c BGB", "§ 574 BGB", "§ 575a BGB"], ["§ 573 BGB", "§ 573b BGB", "§ 575b BGB"]),
         ("norm:§§ 573a-573d BGB", ["§ 573a BGB", "§ 573d BGB"], ["§ 573 BGB", "§ 573e BGB", "§ 574 BGB"]),
-        ("norm:§§ 573-575", ["§ 573 ZPO", "§ 573c Abs. 1 BGB", "§ 575 Abs. 2 InsO"], ["§ 575a BGB", "§ 5730 BGB"]),
+        ("norm:§§ 573-575",
+         ["§ 573 ZPO", "§ 573c Abs. 1 BGB", "§ 575 Abs. 2 InsO"], ["§ 575a BGB", "§ 5730 BGB"]),
         ("norm:Art. 5-7 DSGVO", ["Art. 5 DSGVO", "Art. 6 DSGVO", "Art. 7 DSGVO"], ["Art. 8 DSGVO", "Art. 6 BayEUG"]),
     ],
 )  # fmt: skip
