@@ -1,6 +1,8 @@
-"""Citations in a query, through the whole search (issue 39's two defects): `-§ 573c BGB` hides every
-document citing § 573c BGB (a part of it included), `-Az. 5 U 12/21` every one citing that file
-number, and `norm:§§ 573, 574` finds documents citing either section, in any law. Run end to end
+"""Citations in a query, through the whole search (issue 39's leftovers): `-§ 573c BGB` and
+`-(§ 573c BGB)` hide every document citing § 573c BGB (a part of it included), `-Az. 5 U 12/21` and
+`-Az.5U12/21` every one citing that file number, `norm:§§ 573, 574` finds documents citing either
+section in any law, `norm:§§ 573-575 BGB` any section of the range, and `norm:DSGVO` the act or any
+article of it. Run end to end
 (query parsed, scope compiled in SQL, legs, verification, count) on SQLite + embedded and on
 PostgreSQL + the OpenSearch node, against the meanings written out by hand in the contract suite.
 """

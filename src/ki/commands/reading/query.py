@@ -142,8 +142,10 @@ def search(
 
     Query language: "exact phrase", -exclude, NOT, OR, (parentheses), Kündig*, and the fields
     typ: projekt: mandat: datum:YYYY-MM-DD..YYYY-MM-DD gericht: az: norm:. A citation after - or
-    NOT excludes documents citing it (-§ 573c BGB, -Az. 5 U 12/21); norm:§§ 573, 574 means either
-    section, in any law."""
+    NOT, or opening an operand in parentheses, is the citation (-§ 573c BGB, -Az.5U12/21,
+    -(§ 573c BGB), (§ 573c BGB OR § 574 BGB)); norm:§§ 573, 574 means either section, in any law;
+    norm:§§ 573-575 BGB the range (letter sections inside it too, at most 50 numbers); norm:DSGVO
+    the act and every article of it."""
     from ki_core.config import load_settings
     from ki_query.query_language.parser import parse_query
     from ki_query.types import SearchRequest, check_query_length
