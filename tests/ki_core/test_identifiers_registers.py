@@ -39,3 +39,28 @@ def test_the_number_may_come_before_the_register_it_is_kept_in() -> None:
 def test_a_register_number_written_with_its_long_name_and_a_type_is_found_once() -> None:
     assert found("im Vereinsregister des Amtsgerichts Stuttgart unter der Registernummer VR 6921 eingetragen") == ["VR 6921"]
     assert found("Registergericht: Amtsgericht Mainz Registernummer: HRB - 44244") == ["HRB 44244"]
+
+
+def test_a_handelsregister_department_named_after_the_number_completes_the_entry() -> None:
+    (item,) = extract("eingetragen im Handelsregister des Amtsgerichts München unter der Nummer 98765 in Abteilung B")
+    assert (item.normalized, item.court) == ("HRB 98765", "AG München")
+    assert item.as_written.endswith("Abteilung B")
+    assert found("im Handelsregister des Amtsgerichts Hagen unter Nr. 321, Abt. A") == ["HRA 321"]
+    # without a department anywhere the entry is HRA or HRB: nothing is guessed
+    assert extract("im Handelsregister des Amtsgerichts Essen unter der Nummer 4321 eingetragen") == []
+    # a bare letter after the number is no department
+    assert extract("im Handelsregister des Amtsgerichts Essen unter der Nummer 4321 B eingetragen") == []
+
+
+def test_a_handelsregister_number_may_come_first_when_its_department_is_named() -> None:
+    (item,) = extract("ist unter der Nummer 98765 in Abteilung B des Handelsregisters beim Amtsgericht Stuttgart eingetragen")
+    assert (item.normalized, item.court) == ("HRB 98765", "AG Stuttgart")
+    (item,) = extract("ist unter der Registernummer 12345 im Handelsregister Abteilung A beim Amtsgericht Kiel eingetragen")
+    assert (item.normalized, item.court) == ("HRA 12345", "AG Kiel")
+
+
+def test_the_court_of_a_register_is_a_town_never_the_register_named_after_it() -> None:
+    (item,) = extract("beim Amtsgericht Köln im Handelsregister, Abteilung A, unter Nr. 4711")
+    assert (item.normalized, item.court) == ("HRA 4711", "AG Köln")
+    (item,) = extract("Amtsgericht Freiburg im Breisgau, HRB 1234")
+    assert item.court == "AG Freiburg im Breisgau"

@@ -72,10 +72,13 @@ def alternation(words: Iterable[str]) -> str:
     return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
 
-# a town as courts are named: "Köln", "Berlin-Charlottenburg", "Frankfurt am Main", "Frankfurt (Oder)"
+# a town as courts are named: "Köln", "Berlin-Charlottenburg", "Frankfurt am Main", "Frankfurt (Oder)";
+# the word after "am"/"im" is a river or a region, never a register or a word of legal prose ("Amtsgericht
+# Köln im Handelsregister", "Amtsgericht Hamburg im Verfahren").
+_NOT_A_REGION = r"(?![\wäöüß]*register\b|(?:Übrigen|Verfahren|Wege|Rahmen|Namen|Auftrag|Jahre?|Termin|Zuge|Falle?|Ergebnis|Hinblick|Beschluss|Urteil)\b)"
 PLACE = (
     r"(?:Bad\s)?[A-ZÄÖÜ][a-zäöüß][\wäöüß]*(?:-[A-ZÄÖÜ][\wäöüß]+)*"
-    r"(?:\s(?:am|an der|im|in der|ob der)\s[A-ZÄÖÜ][\wäöüß]+|\s?\([A-ZÄÖÜ][\wäöüß]+\))?"
+    rf"(?:\s(?:am|an der|im|in der|ob der)\s{_NOT_A_REGION}[A-ZÄÖÜ][\wäöüß]+|\s?\([A-ZÄÖÜ][\wäöüß]+\))?"
 )
 
 

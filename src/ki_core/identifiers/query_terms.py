@@ -39,7 +39,10 @@ from .model import Identifier
 # long register forms and further suffixes are found (issue 19, item 3).
 # 3: Berlin's and Dortmund's two-register forms ("(318 OWi) 3034 Js-OWi 1021/20 (88/20)", "729 OWi-251
 # Js 287/22-27/22"), six-digit prosecutor numbers, "Handelsregister B ... Nr. 701234" (issue 44).
-EXTRACTOR_VERSION = 3
+# 4: a Handelsregister department named after its number ("... unter der Nummer 98765 in Abteilung B",
+# "unter der Nummer 98765 in Abteilung B des Handelsregisters"); a court's town never runs on into
+# "im Handelsregister" (issue 44).
+EXTRACTOR_VERSION = 4
 EXACT_WEIGHT = 2.0
 # The part of a two-register case number that carries the number, as older indexes hold it.
 PART_WEIGHT = 1.0

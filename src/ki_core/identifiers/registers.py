@@ -44,6 +44,16 @@ _NUMBER_FIRST = re.compile(
 # a literal this long far faster than the alternation of the register words can be scanned for).
 _LONG_FORM_LITERALS = ("register",)
 _DEPARTMENT = re.compile(r"(?:\A|\s)(?:Abteilung\s+|Abt\.\s*)?(?P<abt>[AB])(?=[\s,])")
+# The department named after the number: "Handelsregister des Amtsgerichts München unter der Nummer
+# 98765 in Abteilung B"; here only with its word, since a bare letter after a number is a suffix ("HRB 123 B").
+_DEPARTMENT_AFTER = re.compile(r",?\s*(?:in\s+(?:der\s+)?)?(?:Abteilung\s+|Abt\.\s*)(?P<abt>[AB])(?![\w-])")
+# The number first in a Handelsregister entry, with its department: "unter der Nummer 98765 in Abteilung B
+# des Handelsregisters", "unter der Registernummer 12345 im Handelsregister Abteilung B".
+_HR_NUMBER_FIRST = re.compile(
+    r"unter\s+(?:der\s+)?(?:[a-zäöüß]+en\s+)?(?:Nummer|Nr\.?|Registernummer)\s*(?P<num>\d{1,7})\s+"
+    r"(?:(?:in\s+(?:der\s+)?)?(?:Abteilung\s+|Abt\.\s*)(?P<abt_before>[AB])\s+des\s+Handelsregisters"
+    r"|(?:in\s+das|im)\s+Handelsregister,?\s*(?:Abteilung\s+|Abt\.\s*)(?P<abt_after>[AB]))(?![\w-])"
+)
 
 
 def scan_registers(text: str) -> Iterator[Identifier]:
@@ -56,24 +66,40 @@ def _long_forms(text: str) -> Iterator[Identifier]:
     Nummer 5" is either."""
     if not contains_any(text, _LONG_FORM_LITERALS):
         return
-    number_first = (m for m in _NUMBER_FIRST.finditer(text) if at_word_start(text, m.start()))
+    number_first = (
+        m for pattern in (_NUMBER_FIRST, _HR_NUMBER_FIRST) for m in pattern.finditer(text) if at_word_start(text, m.start())
+    )
     for m in sorted([*_LONG_FORM.finditer(text), *number_first], key=lambda m: m.start()):
-        register = _REGISTER_WORDS[m.group("register")]
-        if register is None:
-            department = _DEPARTMENT.search(m.group("between"))
-            if department is None:
-                continue
-            register = "HR" + department.group("abt")
+        found = _register_and_end(text, m)
+        if found is None:
+            continue
+        register, end = found
         yield Identifier(
             kind="register_number",
             normalized=f"{register} {m.group('num')}",
-            as_written=m.group(),
+            as_written=text[m.start() : end],
             start=m.start(),
-            end=m.end(),
+            end=end,
             register_type=register,
             number=m.group("num"),
             court=_register_court(text, m.start("num"), m.end()),  # the court named inside the long form
         )
+
+
+def _register_and_end(text: str, m: re.Match[str]) -> tuple[str, int] | None:
+    """The register's abbreviation and where the entry ends; None for a Handelsregister whose department
+    is named nowhere near its number (it is HRA or HRB, and a guess would be a wrong identifier)."""
+    groups = m.groupdict()
+    if "register" in groups:
+        register = _REGISTER_WORDS[m.group("register")]
+        if register is not None:
+            return register, m.end()
+        department = _DEPARTMENT.search(m.group("between")) if "between" in groups else None
+        if department is not None:
+            return "HR" + department.group("abt"), m.end()
+        after = _DEPARTMENT_AFTER.match(text, m.end())
+        return ("HR" + after.group("abt"), after.end()) if after is not None else None
+    return "HR" + (m.group("abt_before") or m.group("abt_after")), m.end()
 
 
 def _short_forms(text: str) -> Iterator[Identifier]:
