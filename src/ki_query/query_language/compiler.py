@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ki_core.identifiers import Identifier, extract
+from ki_core.identifiers import Identifier
 from ki_core.identifiers.laws import law_table, name_key
 from ki_core.identifiers.whole_values import normalized_court
 from ki_core.models.ontology import OntologyKind
@@ -30,7 +30,7 @@ from ki_core.search.constraint import (
     pattern_literal,
 )
 from ki_core.search.text_index import analyzed_positions, german_words
-from ki_query.query_language.parser import HINT, identifier_run, lawless_references, section_range
+from ki_query.query_language.parser import HINT, cited_run, lawless_references, section_range
 from ki_query.query_language.syntax import (
     All,
     Any,
@@ -134,7 +134,7 @@ def _statute(node: Field) -> Constraint:
     whole = " ".join(node.value.split())
     if chains := lawless_references(whole):
         conditions = [condition for chain in chains for condition in _in_every_law(chain, node.position)]
-    elif run := identifier_run(whole, extract(whole), 0):
+    elif run := cited_run(whole):
         conditions = _cited(run, node.position)
     elif (law := named_law(whole)) is not None:
         conditions = [_whole_law(law)]
@@ -150,7 +150,7 @@ def _in_every_law(chain: str, position: int) -> list[Constraint]:
     return [prefix, _in_sections(sections, ".+")] if sections else [prefix]
 
 
-def _cited(run: list[Identifier], position: int) -> list[Constraint]:
+def _cited(run: tuple[Identifier, ...], position: int) -> list[Constraint]:
     """The run's values (one keyword condition), then what a value alone would miss: an act's
     articles, a range's sections."""
     values: list[str] = []
@@ -187,9 +187,7 @@ def named_law(value: str) -> str | None:
 def normalized_identifiers(value: str) -> tuple[str, ...]:
     """The normal forms of the citation the value is ("VII ZR 123/19"; "§§ 573, 574 BGB" is
     "§ 573 BGB" and "§ 574 BGB", any of which a filter accepts), else the value as pasted."""
-    whole = " ".join(value.split())
-    run = identifier_run(whole, extract(whole), 0)
-    return tuple(dict.fromkeys(identifier.normalized for identifier in run)) or (whole,)
+    return tuple(dict.fromkeys(identifier.normalized for identifier in cited_run(value))) or (" ".join(value.split()),)
 
 
 _NO_FIELDS = FieldResolver(project_ids=lambda _: (), matter_ids=lambda _: (), ontology=Ontology([]))

@@ -229,6 +229,13 @@ def identifier_run(text: str, found: list[Identifier], start: int) -> list[Ident
     return run
 
 
+@lru_cache(maxsize=4096)  # the parse's checks, the compiler and the identifier leg ask about the same value
+def cited_run(value: str) -> tuple[Identifier, ...]:
+    """The citation a field value starts with (identifier_run at 0), spaces collapsed; () for none."""
+    whole = " ".join(value.split())
+    return tuple(identifier_run(whole, extract(whole), 0))
+
+
 def _is_plain(tree: Node) -> bool:
     """Only words, joined by the implicit AND: today's ranked query (`Kündigung fristlos`)."""
     if isinstance(tree, Word):
@@ -283,9 +290,8 @@ def _check_ranges(node: Node) -> None:
         for child in node.children:
             _check_ranges(child)
     elif isinstance(node, Field) and node.name == "statute":
-        whole = " ".join(node.value.split())
-        cited = [i.section for i in identifier_run(whole, extract(whole), 0) if i.section]
-        for section in lawless_references(whole) or cited:
+        cited = [i.section for i in cited_run(node.value) if i.section]
+        for section in lawless_references(node.value) or cited:
             section_range(section, node.position)
 
 
