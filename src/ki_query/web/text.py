@@ -79,8 +79,8 @@ TEXTS: dict[str, tuple[str, str]] = {
     "search.facet_project": ("Mandant/Projekt", "Client/project"),
     "search.facet_year": ("Jahr", "Year"),
     "search.facet_court": ("Gericht", "Court"),
-    "search.syntax": ('"genaue Phrase", -ausschließen, -§ 573c BGB, OR, Kündig*, typ:Urteil, az:…, norm:§§ 573-575, '
-                      "norm:DSGVO, datum:2020-01-01..",
+    "search.syntax": ('"genaue Phrase", -ausschließen, -§ 573c BGB, OR, Kündig*, typ:Urteil, az:…, '
+                      "norm:§§ 573-575, norm:DSGVO, datum:2020-01-01..",
                       '"exact phrase", -exclude, -§ 573c BGB, OR, Kündig*, typ:Urteil, az:…, norm:§§ 573-575, '
                       "norm:DSGVO, datum:2020-01-01.."),
     "hit.file": ("Datei", "File"),
