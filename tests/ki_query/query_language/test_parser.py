@@ -263,6 +263,11 @@ def test_an_eu_act_named_alone_is_the_act_and_every_article_of_it(query: str) ->
     assert [value for value in outside if _matches(query, value)] == []
 
 
+def test_a_german_law_named_alone_is_every_citation_of_it() -> None:
+    assert _matches("norm:BGB", "§ 573c Abs. 1 BGB") and _matches("norm:BGB", "§ 573c BGB")
+    assert not any(_matches("norm:BGB", value) for value in ("Art. 229 EGBGB", "§ 5 SGB V", "§ 1 BGBEG"))
+
+
 def _nodes(node):
     yield node
     for child in getattr(node, "children", ()) or ((node.child,) if isinstance(node, Not) else ()):
