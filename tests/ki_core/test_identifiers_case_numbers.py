@@ -78,3 +78,11 @@ def test_an_appeal_mark_after_a_suffix_word_is_part_of_the_suffix() -> None:
     ]
     assert found("LSG Sachsen-Anhalt Aktenzeichen L 8 SO 54/17 B ER") == ["L 8 SO 54/17 B ER"]
     assert found("im Bebauungsplan 12/20 B-Plan") == []
+
+
+def test_a_file_number_may_touch_the_full_stop_of_az() -> None:
+    assert found("OLG Köln, Urteil vom 1.2.2021, Az.5 U 12/21") == ["5 U 12/21"]
+    assert found("AZ.VIII ZR 123/20") == ["VIII ZR 123/20"]
+    # no other abbreviation's full stop starts a file number
+    assert found("Rn.5 U 12/21") == []
+    assert found("S.5 U 12/21") == []

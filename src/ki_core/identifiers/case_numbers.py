@@ -22,8 +22,9 @@ from .model import Identifier
 # number/year ("12/19"; a prosecutor's up to six digits, "400 Js 123456/19"), BVerwG number.year
 # ("43.93"), Bavarian year.number ("19.1234", kept as written)
 _AZ_TRIGGER = re.compile(r"\d(?:\d{0,5}[/.]\d{2}|\d\.\d{3,5})(?!\.?\d|/|,\d)")
+# "Az.5 U 12/21": the abbreviation's full stop may touch the file number, no other full stop may
 _AZ_LEAD = re.compile(
-    r"(?:(?<=[\s(\[\"'„“,;:–-])|\A)"
+    r"(?:(?<=[\s(\[\"'„“,;:–-])|(?<=Az\.)|(?<=AZ\.)|\A)"
     r"(?:(?P<prefix>[A-ZÄÖÜ][A-Za-z]{0,2})\s+(?=\d|[IVX]{1,4}-))?"
     r"(?:(?P<pre2>[IVX]{1,4}|\d{1,2})-)?"
     r"(?:(?P<chamber>\d{1,4}[a-z]?|[IVX]{1,5}[a-z]?)\s+)?"

@@ -41,7 +41,7 @@ from .model import Identifier
 # Js 287/22-27/22"), six-digit prosecutor numbers, "Handelsregister B ... Nr. 701234" (issue 44).
 # 4: a Handelsregister department named after its number ("... unter der Nummer 98765 in Abteilung B",
 # "unter der Nummer 98765 in Abteilung B des Handelsregisters"); a court's town never runs on into
-# "im Handelsregister" (issue 44).
+# "im Handelsregister", and a file number may touch the full stop of "Az." ("Az.5 U 12/21") (issue 44).
 EXTRACTOR_VERSION = 4
 EXACT_WEIGHT = 2.0
 # The part of a two-register case number that carries the number, as older indexes hold it.

@@ -112,7 +112,7 @@ def _unpaired(span: str) -> set[str]:
 # `Kündigung § 573c BGB` keeps reading "573c" and "BGB" as the words they are.
 _OPERAND_BEFORE = re.compile(
     r"(?:(?P<exclusion>(?:^|[\s(])(?:-|NOT\s+))|\(\s*|\s(?P<keyword>OR|AND)\s+)"
-    r"(?P<label>(?:Az\.?|AZ|Aktenzeichen)\s+)?$"
+    r"(?P<label>(?:Az|AZ|Aktenzeichen)\.?:?\s*)?$"  # "Az.5 U 12/21": the extractor reads it after the full stop
 )
 # Identifiers joined by commas are one citation: "§ 573 Abs. 1, § 574 BGB", "VII ZR 1/19, VII ZR 2/19".
 _JOINED = re.compile(r"\s*,\s*")
