@@ -183,7 +183,7 @@ class SecuritySettings(_Section):
 
 
 class AuditSettings(_Section):
-    """The audit trail of reads (ki_query.audit)."""
+    """The audit trail of reads (ki_core.audit)."""
 
     # Records older than this are deleted (at most once an hour, by the process that writes).
     # Ten years: the retention German professional law asks of a lawyer's files (§ 50 BRAO).

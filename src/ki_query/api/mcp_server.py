@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError
 
 from ki_core.models import RelationKind
 from ki_query.federation.search import FederatedSearch, FederatedSearchOnFirstUse
-from ki_query.audit import AuditAction, AuditLog, Surface, record, shown_documents
+from ki_core.audit import AuditAction, AuditLog, Surface, record, shown_documents
 from ki_query.identity import Identity
 from ki_query.api.refusals import REFUSALS, refusal_reason
 from ki_query.reading import DEFAULT_TEXT_CHARS, TextRequest

@@ -24,6 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
+from ki_core.audit import Actor, Surface, audit_log, record_membership
 from ki_core.config import DmsSettings, DmsSourceSettings
 from ki_core.grants import AclEntry as GrantAclEntry
 from ki_core.grants import (
@@ -406,12 +407,15 @@ def _change_group(ctx: WorkerContext, source: Source, event: GroupChanged) -> Fo
 
     So a membership change needs no index write: it bumps the access
     generation, and the next scope compilation (and re-verification) sees it.
+    Each member added or removed is in the audit trail before the change commits.
     """
     subject = f"group:{stored_principal(event.group)}"
     with ctx.sessions() as session, session.begin():
         if not advance_watermark(session, source.id, subject, event):
             return Followups(note=SUPERSEDED.format(subject=subject))
-        replace_group_members(session, source.id, event.group, event.members)
+        diff = replace_group_members(session, source.id, event.group, event.members)
+        record_membership(audit_log(ctx.settings), Actor.named(f"source:{source.name}"), Surface.SYNC, diff,
+                          event_id=event.event_id, detail=f"event occurred {event.occurred_at.isoformat()}")
     return Followups()
 
 
