@@ -70,6 +70,8 @@ class AuditAction(StrEnum):
     SEARCH_FILTER = "search_filter"
     SEARCH_DECISIONS = "search_decisions"
     ASK = "ask"
+    # `ki eval --as`: questions run through the firm's index as a principal, one record per run.
+    EVAL = "eval"
     READ = "read"
     TEXT = "text"
     ORIGINAL = "original"

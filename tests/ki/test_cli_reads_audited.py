@@ -44,8 +44,10 @@ def trail_table_gone() -> Iterator[None]:
 
 
 def test_each_terminal_read_is_one_record_of_the_operator_reading_as_the_principal(
-    database: str, listed: dict[str, dict]  # noqa: F811
+    database: str, listed: dict[str, dict], tmp_path: Path  # noqa: F811
 ) -> None:
+    questions = tmp_path / "fragen.jsonl"
+    questions.write_text('{"question": "Wie hoch ist die Miete?", "expected": "found"}\n', encoding="utf-8")
     contract = listed["mietvertrag"]["citation"]["document"]["id"]
     before = len(trail())
     found = ki("search", "Miete", "--as", "anna", "--json")
@@ -54,18 +56,20 @@ def test_each_terminal_read_is_one_record_of_the_operator_reading_as_the_princip
     assert shown, "the fixture's search must show hits for the record to name"
     for args in (("get", contract, "--as", "anna"), ("get", contract, "--as", "anna", "--text", "--limit", "10"),
                  ("related", contract, "--as", "anna"), ("list", "--as", "anna", "--limit", "5"),
-                 ("ask", "Wie hoch ist die Miete?", "--as", "anna")):
+                 ("ask", "Wie hoch ist die Miete?", "--as", "anna"),
+                 ("eval", "--verdict", str(questions), "--as", "anna", "--json")):
         result = ki(*args)
         assert result.exit_code == 0, result.output
 
     records = trail()[before:]
-    assert [r["action"] for r in records] == ["search", "read", "text", "related", "search_filter", "ask"]
+    assert [r["action"] for r in records] == ["search", "read", "text", "related", "search_filter", "ask", "eval"]
     assert {r["surface"] for r in records} == {"cli"}
     assert {r["subject"] for r in records} == {OPERATOR}
     assert {tuple(r["principals"]) for r in records} == {("anna",)}
     assert records[0]["query"] == "Miete" and list(records[0]["document_ids"]) == shown
     assert records[0]["hit_count"] == len(json.loads(found.output)["hits"])
     assert {r["document_id"] for r in records[1:4]} == {contract}
+    assert records[-1]["query"] == str(questions) and records[-1]["detail"] == "verdicts: 1 questions"
     assert trail("--user", "anna")[-len(records):] == records, "the principal read as finds them"
     assert trail("--user", OPERATOR)[-len(records):] == records, "so does the operator's account"
 
