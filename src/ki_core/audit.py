@@ -206,6 +206,8 @@ def _add_missing_columns(engine: Engine) -> None:
             if column.name not in present:
                 kind = column.type.compile(dialect=connection.dialect)
                 connection.exec_driver_sql(f"ALTER TABLE {AuditRecord.__tablename__} ADD COLUMN {column.name} {kind}")
+        for index in AuditRecord.__table__.indexes:
+            index.create(connection, checkfirst=True)
 
 
 _logs: dict[tuple[str, int], AuditLog] = {}
@@ -240,7 +242,8 @@ def record(log: AuditLog, who: Caller, surface: Surface, action: AuditAction, *,
 def record_membership(log: AuditLog, who: Caller, surface: Surface, diff: MembershipDiff, *,
                       event_id: str | None = None, detail: str | None = None) -> None:
     """Each member added to or removed from a group, called before the change commits: a change that
-    cannot be recorded is rolled back (a sync's event is retried), never applied unrecorded."""
+    cannot be recorded is rolled back (a sync's event is retried), never applied unrecorded. A commit that
+    fails after the record leaves it standing and the retry records again: too much, never too little."""
     entries = [AuditEntry(subject=who.subject, principals=who.principals, surface=surface, action=action,
                           group=diff.group, member=member, event_id=event_id, detail=detail)
                for action, members in ((AuditAction.MEMBER_ADDED, diff.added), (AuditAction.MEMBER_REMOVED, diff.removed))

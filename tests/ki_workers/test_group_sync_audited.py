@@ -101,5 +101,8 @@ def test_a_trail_file_written_before_the_membership_columns_gets_them(tmp_path: 
                             MembershipDiff(group="partner", added=("anna",)), event_id="E-1")
     assert [(r.subject, r.member) for r in log.entries(AuditFilter(user="anna"))] == [
         ("source:acme", "anna"), ("anna", None)]
+    indexed = {row[0] for row in sqlite3.connect(state / "audit.db").execute("SELECT name FROM sqlite_master "
+                                                                             "WHERE type = 'index'")}
+    assert {"ix_audit_records_group_principal", "ix_audit_records_member_principal"} <= indexed
     audit.close_audit_logs()
     get_settings.cache_clear()
