@@ -232,11 +232,11 @@ def close_audit_logs() -> None:
 
 def record(log: AuditLog, who: Caller, surface: Surface, action: AuditAction, *, query: str | None = None,
            document_id: str | None = None, document_ids: Sequence[str] = (), hit_count: int | None = None,
-           detail: str | None = None) -> None:
-    """The one call every surface makes after a read and before it answers."""
+           detail: str | None = None, event_id: str | None = None) -> None:
+    """The one call every surface makes after a read and before it answers (and a change, before it commits)."""
     log.record(AuditEntry(subject=who.subject, principals=who.principals, surface=surface, action=action,
                           query=query, hit_count=hit_count, document_id=document_id,
-                          document_ids=tuple(dict.fromkeys(document_ids)), detail=detail))
+                          document_ids=tuple(dict.fromkeys(document_ids)), detail=detail, event_id=event_id))
 
 
 def record_membership(log: AuditLog, who: Caller, surface: Surface, diff: MembershipDiff, *,

@@ -1,5 +1,6 @@
-"""A DMS group sync changes who may see what, so each member it adds or removes is in the audit trail,
-listed by `ki audit`, on SQLite and PostgreSQL; a change whose record cannot be written is not applied."""
+"""A DMS sync changes who may see what, so each member it adds to or removes from a group, and each ACL or
+project grant change, is in the audit trail, listed by `ki audit`, on SQLite and PostgreSQL; a change whose
+record cannot be written is not applied."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ki_core.audit import AuditAction, AuditFilter, Surface, audit_log
 from ki_core.config import get_settings
 from ki_core.grants import MembershipDiff
 from ki_core.models import EventStatus, GroupMembership
-from tests.ki_workers.dms_support import SOURCE, envelope
+from tests.ki_workers.dms_support import SOURCE, acl_changed, envelope, upserted
 from tests.ki_workers.test_dms_events import dms, server, submit  # noqa: F401 - fixtures
 
 runner = CliRunner()
@@ -106,3 +107,22 @@ def test_a_trail_file_written_before_the_membership_columns_gets_them(tmp_path: 
     assert {"ix_audit_records_group_principal", "ix_audit_records_member_principal"} <= indexed
     audit.close_audit_logs()
     get_settings.cache_clear()
+
+
+def test_acl_and_project_grant_syncs_are_access_changes_in_the_trail(dms) -> None:  # noqa: F811
+    """Who may see a document changes with its ACL and its project's grants too: one record per event naming
+    the entries removed and added; an upsert that repeats the same ACL records nothing."""
+    upsert = upserted("A-1", acl=[{"principal": "alice"}, {"principal": "bob"}])
+    submit(dms, upsert)
+    submit(dms, upserted("A-1", acl=[{"principal": "alice"}, {"principal": "bob"}], minutes=1, text="anders"))
+    acl = acl_changed("A-1", [{"principal": "alice"}, {"principal": "carol", "effect": "deny"}], minutes=2)
+    submit(dms, acl)
+    project = envelope("project.changed", 3, project="mandant-x", grants=[{"principal": "Team-A"}])
+    submit(dms, project)
+    records = [r for r in reversed(audit_log(dms.settings).entries(AuditFilter(user=f"source:{SOURCE}")))
+               if r.action is AuditAction.ACCESS_CHANGE]
+    assert [(r.event_id, r.detail) for r in records] == [
+        (upsert["event_id"], "acl of A-1: +allow alice, +allow bob"),
+        (acl["event_id"], "acl of A-1: -allow bob, +deny carol"),
+        (project["event_id"], "grants of project mandant-x: +allow team-a")]
+    assert {r.surface for r in records} == {Surface.SYNC}
