@@ -1,13 +1,14 @@
 """The audit trail: every search, read, question and access change, with who, when and on which surface.
 
-Access changes include group memberships a DMS sync applies (`record_membership`,
-called by ki_workers.sources.dms before the change commits): who may see what
-changed as surely as after `ki access grant`.
-
 A firm must be able to show after the fact who accessed a client's file, so a
 read whose record cannot be written is refused (`AuditUnavailable`, 503), never
 answered unrecorded. Records hold the query text and document ids, never
 document text.
+
+Access changes are recorded before they commit, whoever makes them: `ki access`
+and `ki groups`, and a DMS sync (ki_workers.sources.dms: each group member added
+or removed through `record_membership`, each ACL or project grant change), so
+who may see what is on record however it changed.
 
 Every surface records through `record` (HTTP routes, which the web page calls
 in process, the MCP tools, the CLI). On SQLite the records go to a WAL database
@@ -21,8 +22,8 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
@@ -53,7 +54,7 @@ class Caller(Protocol):
 
 
 class AuditUnavailable(Exception):
-    """The audit record could not be written: the read is refused (HTTP 503)."""
+    """The audit record could not be written: the read is refused (HTTP 503, CLI exit 3), the change not made."""
 
 
 class Surface(StrEnum):
