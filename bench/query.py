@@ -63,6 +63,7 @@ import backends
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from ki_core.audit import AuditAction, AuditLog, Surface, record, shown_documents
 from ki_core.bulk_rows import write_rows
 from ki_core.config import Settings
 from ki_core.db import make_engine, session_factory
@@ -83,7 +84,6 @@ from ki_core.models import (
 from ki_core.search.embedded import EmbeddedIndex
 from ki_core.search.index import IndexOp, SearchIndex
 from ki_core.search.types import IndexChunk, MultiSearchRequest
-from ki_query.audit import AuditAction, AuditLog, Surface, record, shown_documents
 from ki_query.identity import Identity
 from ki_query.retrieval import RANKED_LEG_DEPTH, RetrievalService
 from ki_query.scope import AccessService

@@ -43,7 +43,7 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("ki_core.store_move.StoreMoveError", EXIT_FAILED),
     ("ki.commands.storage.writer.WriterBusy", EXIT_UNAVAILABLE),
     ("ki_query.types.QueryOverBudget", EXIT_UNAVAILABLE),
-    ("ki_query.audit.AuditUnavailable", EXIT_UNAVAILABLE),
+    ("ki_core.audit.AuditUnavailable", EXIT_UNAVAILABLE),
     ("ki_workers.sources.local_fs.ManifestError", EXIT_FAILED),
     ("ki_query.types.WindowTooDeep", EXIT_FAILED),
     ("ki_query.types.QueryTooLong", EXIT_CONFIG),  # a usage error: the same query will never pass

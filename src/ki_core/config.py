@@ -160,7 +160,8 @@ class OidcSettings(_Section):
 
 
 class ThrottleSettings(_Section):
-    """Failed API keys and bearer tokens per client address (ki_query.throttle)."""
+    """Failed API keys and bearer tokens per client address (ki_query.throttle, which says why there is no
+    limit per claimed subject: no credential ki checks pairs a claimed name with a guessable secret)."""
 
     failures: int = Field(default=10, gt=0)
     window_seconds: int = Field(default=60, gt=0)
@@ -183,7 +184,7 @@ class SecuritySettings(_Section):
 
 
 class AuditSettings(_Section):
-    """The audit trail of reads (ki_query.audit)."""
+    """The audit trail of reads (ki_core.audit)."""
 
     # Records older than this are deleted (at most once an hour, by the process that writes).
     # Ten years: the retention German professional law asks of a lawyer's files (§ 50 BRAO).

@@ -106,6 +106,14 @@ class MembershipRecord(_Model):
     origin: str
 
 
+class MembershipDiff(_Model):
+    """What one sync of a group changed, in stored names: the audit trail records each member."""
+
+    group: str
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+
 # ------------------------------------------------------------ generation
 
 
@@ -426,8 +434,8 @@ def replace_group_members(
     members: Iterable[str],
     *,
     settings: Settings | None = None,
-) -> None:
-    """Make the group's members, as mirrored from this source, exactly `members`.
+) -> MembershipDiff:
+    """Make the group's members, as mirrored from this source, exactly `members`; returns what changed.
 
     Empty member names are skipped; a group listing itself is stored (the
     expansion terminates on cycles) but changes nothing. Local memberships of
@@ -445,12 +453,14 @@ def replace_group_members(
             )
         )
     }
-    for member in sorted(set(current) - wanted):
+    removed, added = sorted(set(current) - wanted), sorted(wanted - set(current))
+    for member in removed:
         session.delete(current[member])
-    for member in sorted(wanted - set(current)):
+    for member in added:
         session.add(GroupMembership(source_id=source_id, group_principal=stored_group, member_principal=member))
     session.flush()
     bump_access_generation(session)
+    return MembershipDiff(group=stored_group, added=tuple(added), removed=tuple(removed))
 
 
 # ------------------------------------------------------------ local memberships

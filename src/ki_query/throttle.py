@@ -8,6 +8,20 @@ every request from it is answered 429 with Retry-After, before any credential
 is looked at; other addresses, including the right key's owner elsewhere, are
 not slowed. Behind a reverse proxy run uvicorn with --proxy-headers so the
 client address is the caller's, not the proxy's.
+
+There is deliberately no second limit per claimed subject (a spray against one
+account from many addresses). Such a limit slows guessing only where a claimed
+name comes with a secret that can be guessed, and ki checks none: no password
+is typed here (the sign-in form takes an API key or a token; passwords are typed
+at the directory, whose brute-force detection counts failures per user:
+deploy/keycloak/realm-ki.json, 5 failures, then waits growing by 60 s up to
+15 min, never a permanent lock); a key `ki keys` makes is `ki_` and 256 random
+bits, and no key names its holder (the configuration keeps only its sha256); a bearer token's `sub` is only the sender's word until its
+signature verifies, and a signature is not guessed. Counting failures by that
+unverified `sub` would slow no guessing and hand anyone a way to have a named
+user's requests refused from every address she has not used yet.
+tests/ki_query/test_throttle.py pins this: 225 forged tokens naming one user
+from 25 addresses leave her right token answered 200.
 """
 
 from __future__ import annotations

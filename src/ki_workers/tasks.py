@@ -15,6 +15,7 @@ import redis.exceptions
 from celery import shared_task
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
+from ki_core.audit import AuditUnavailable
 from ki_core.embedding import GatewayUnavailable
 from ki_core.search.embedded import IndexLockedError
 from ki_core.search.types import SearchBackendError
@@ -180,7 +181,8 @@ def sweep() -> dict:
 
 # A relation may name an object that arrives a moment later, and two events for one new
 # object may race to create it (IntegrityError): both resolve on a retry.
-EVENT_TRANSIENT_ERRORS = (IntegrityError, ContentUnavailable, ObjectNotYetKnown)
+# AuditUnavailable: a membership change whose record could not be written was rolled back; retry it.
+EVENT_TRANSIENT_ERRORS = (IntegrityError, ContentUnavailable, ObjectNotYetKnown, AuditUnavailable)
 EVENT_TASK_OPTIONS = {**TASK_OPTIONS, "autoretry_for": (*TRANSIENT_ERRORS, *EVENT_TRANSIENT_ERRORS)}
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ki.cli import app
+from ki_core.audit import close_audit_logs
 from ki_workers.context import reset_worker_context
 from tests.ki.test_ingest_cli import runner, store  # noqa: F401 - fixture, re-exported
 
@@ -30,6 +31,8 @@ def fresh_query_service() -> Iterator[None]:
 
     query._service.cache_clear()
     yield
+    if query._service.cache_info().currsize:
+        query._service().close()  # its engine's pooled connections, before a PostgreSQL database is dropped
     query._service.cache_clear()
 
 
@@ -51,6 +54,7 @@ def database(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
         yield request.param
     finally:
         reset_worker_context()
+        close_audit_logs()  # its pooled connections to this database, before the database goes
         drop_database(name)
 
 

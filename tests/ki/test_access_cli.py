@@ -283,7 +283,7 @@ def test_a_local_deny_on_single_files_keeps_them_out_of_scope_reverification_sea
 def test_grants_and_revocations_are_in_the_audit_trail(world: World) -> None:
     from datetime import UTC, datetime
 
-    from ki_query.audit import AuditAction, AuditFilter, audit_log
+    from ki_core.audit import AuditAction, AuditFilter, audit_log
 
     started = datetime.now(UTC)  # the module's store holds the other tests' changes too
     assert ki("grant", "bob", "--project", "mandant-a").exit_code == 0
@@ -294,4 +294,4 @@ def test_grants_and_revocations_are_in_the_audit_trail(world: World) -> None:
         (AuditAction.ACCESS_CHANGE, "revoke allow bob on mandant-a"),
         (AuditAction.ACCESS_CHANGE, "grant allow bob on mandant-a"),
     ]
-    assert all(c.subject.startswith("cli:") for c in changes)
+    assert all(c.subject.startswith("operator:") for c in changes)

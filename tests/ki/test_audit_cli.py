@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from ki.cli import app
 from ki.commands.permissions.audit import CSV_COLUMNS
 from ki_core.config import load_settings
-from ki_query.audit import AuditAction, AuditEntry, Surface, audit_log
+from ki_core.audit import AuditAction, AuditEntry, Surface, audit_log
 
 runner = CliRunner(env={"COLUMNS": "200"})
 START = datetime(2026, 12, 1, 9, tzinfo=UTC)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from ki_core.audit import AuditAction, AuditFilter, audit_log
 from ki_core.config import load_settings
 from ki_query.api.http import create_query_app
-from ki_query.audit import AuditAction, AuditFilter, audit_log
 from ki_query.retrieval import retrieval_service_from_settings
 from tests.ki_query.web.ki_server import ACCOUNTS, KiStore
 

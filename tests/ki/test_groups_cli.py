@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ki.cli import app
 from tests.ki.cli_store import table_rows
 from tests.ki.test_access_cli import runner, world  # noqa: F401 - fixture
@@ -66,3 +68,21 @@ def test_a_blank_member_is_refused_with_one_line(world: World) -> None:
     result = ki("add", "litigation", "  ")
     assert result.exit_code == 1
     assert "empty after trimming" in result.output and "Traceback" not in result.output
+
+
+def _membership_records() -> list[dict]:
+    """`ki audit --group litigation`, oldest first (the trail may hold earlier tests' records)."""
+    listed = runner.invoke(app, ["audit", "--group", "litigation", "--json", "--limit", "1000"])
+    assert listed.exit_code == 0, listed.output
+    return [json.loads(line) for line in reversed(listed.output.splitlines())]
+
+
+def test_each_local_member_added_or_removed_is_in_the_audit_trail(world: World) -> None:
+    before = len(_membership_records())
+    assert ki("add", "litigation", "carol", "dave").exit_code == 0
+    assert ki("add", "litigation", "carol").exit_code == 0  # nothing changed: no record
+    assert ki("remove", "litigation", "dave", "nobody").exit_code == 0
+    records = _membership_records()[before:]
+    assert [(r["action"], r["member"], r["surface"]) for r in records] == [
+        ("member_added", "carol", "cli"), ("member_added", "dave", "cli"), ("member_removed", "dave", "cli")]
+    assert all(r["subject"].startswith("operator:") and r["event_id"] is None for r in records)

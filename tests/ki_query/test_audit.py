@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from ki_core.audit import AuditAction, AuditEntry, AuditFilter, AuditLog, Surface, audit_log
 from ki_core.config import SecuritySettings, Settings
 from ki_query.api.http import create_query_app
-from ki_query.audit import AuditAction, AuditEntry, AuditFilter, AuditLog, Surface, audit_log
 from ki_query.identity import key_digest
 from tests.ki_query.credentials import ANNA_KEY, NOBODY_KEY, keyed_settings, signing_key  # noqa: F401
 from tests.ki_query.retrieval_fixtures import ADMIN, FolderWorld, folder_world  # noqa: F401

@@ -21,13 +21,13 @@ from fastapi.testclient import TestClient
 from mcp.client.client import Client
 
 from ki.commands.storage.store import prepare_store
+from ki_core.audit import audit_log
 from ki_core.config import get_settings
 from ki_core.embedding import HashingEmbedder
 from ki_core.grants import GrantTarget, grant, revoke
 from ki_core.models import DocumentVersion, GrantEffect
 from ki_query.api.http import create_query_app
 from ki_query.api.mcp_server import create_mcp_server
-from ki_query.audit import audit_log
 from ki_query.identity import Identity
 from ki_query.reading import MAX_TEXT_CHARS
 from ki_query.retrieval import RetrievalService

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ki.commands.storage.store import prepare_store
+from ki_core.audit import close_audit_logs
 from ki_core.config import get_settings
 from ki_core.embedding import EmbedderWrapper, HashingEmbedder
 from ki_workers.context import reset_worker_context, worker_context
@@ -33,6 +34,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield url
     finally:
         reset_worker_context()
+        close_audit_logs()  # its pooled connections to this database, before the database goes
         drop_database(name)
 
 

@@ -1,8 +1,8 @@
 """The audit trail: who searched for what and read which document, on which surface. Never document text.
 
-Append-only: rows are written by ki_query.audit and removed only by the retention
+Append-only: rows are written by ki_core.audit and removed only by the retention
 prune. On PostgreSQL the table lives in the store's database; on SQLite in a file
-of its own (ki_query.audit), so a search never waits behind an ingest's write.
+of its own (ki_core.audit), so a search never waits behind an ingest's write.
 """
 
 from __future__ import annotations
@@ -34,3 +34,7 @@ class AuditRecord(Base):
     document_id: Mapped[str | None] = mapped_column(String(64), index=True)
     document_ids: Mapped[str | None] = mapped_column(Text)
     detail: Mapped[str | None] = mapped_column(Text)
+    # A membership change: the group, the member added or removed, the event that carried it.
+    group_principal: Mapped[str | None] = mapped_column(String(512), index=True)
+    member_principal: Mapped[str | None] = mapped_column(String(512), index=True)
+    event_id: Mapped[str | None] = mapped_column(String(300))

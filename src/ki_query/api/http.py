@@ -17,13 +17,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ki_core.audit import AuditAction, AuditEntry, AuditFilter, Surface, audit_log, record, shown_documents
 from ki_core.config import Settings
 from ki_core.models import RelationKind
 from ki_core.openapi import offline_docs, without_validation_422
 from ki_core.search.types import SearchFilters
 from ki_query.federation.search import FederatedAnswer, FederatedSearch, FederatedSearchOnFirstUse
 from ki_query.graph import MAX_TRAVERSAL_DEPTH
-from ki_query.audit import AuditAction, AuditEntry, AuditFilter, Surface, audit_log, record, shown_documents
 from ki_query.identity import Forbidden, Identity, resolve_identity
 from ki_query.api.refusals import REFUSAL_STATUS, refusal_reason
 from ki_query.reading import DEFAULT_TEXT_CHARS, DocumentText, TextRequest, content_disposition

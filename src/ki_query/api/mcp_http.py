@@ -23,9 +23,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
 
+from ki_core.audit import audit_log
 from ki_core.config import Settings
 from ki_query.federation.search import FederatedSearch
-from ki_query.audit import audit_log
 from ki_query.identity import Forbidden, Identity, Unauthenticated, key_digest, resolve_identity
 from ki_query.api.mcp_server import INSTRUCTIONS, SERVER_NAME, add_retrieval_tools
 from ki_query.retrieval import RetrievalService

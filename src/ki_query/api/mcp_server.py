@@ -17,9 +17,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
+from ki_core.audit import AuditAction, AuditLog, Surface, record, shown_documents
 from ki_core.models import RelationKind
 from ki_query.federation.search import FederatedSearch, FederatedSearchOnFirstUse
-from ki_query.audit import AuditAction, AuditLog, Surface, record, shown_documents
 from ki_query.identity import Identity
 from ki_query.api.refusals import REFUSALS, refusal_reason
 from ki_query.reading import DEFAULT_TEXT_CHARS, TextRequest

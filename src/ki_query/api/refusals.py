@@ -10,10 +10,10 @@ from __future__ import annotations
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from ki_core.audit import AuditUnavailable
 from ki_core.embedding import EmbedderBusy
 from ki_core.llm import GatewayError
 from ki_core.search.types import IndexMappingMismatch, ResultWindowTooDeep, SearchBackendError
-from ki_query.audit import AuditUnavailable
 from ki_query.federation.errors import EmptyQuestion, UnknownCorpus
 from ki_query.identity import Forbidden, Unauthenticated
 from ki_query.reading import OriginalUnavailable, TextRangeRefused

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from ki_query.audit import SURFACE_HEADER, Surface
+from ki_core.audit import SURFACE_HEADER, Surface
 from ki_query.web.credentials import WebCaller
 
 class ApiRefusal(Exception):

@@ -256,7 +256,7 @@ class WebPages:
     async def audit_page(self, request: Request) -> Response:
         """The newest audit records, from the API's admin-only route (its 403 is this page's)."""
         caller, is_admin = await self._caller(request)
-        where = {k: v.strip() for k, v in request.query_params.items() if k in ("user", "document") and v.strip()}
+        where = {k: v.strip() for k, v in request.query_params.items() if k in ("user", "document", "group") and v.strip()}
         entries = await self.api.get(caller, "/v1/audit", params=where)
         return self._render(request, "audit.html", caller, is_admin, entries=entries, where=where)
 

@@ -25,6 +25,8 @@ TEXTS: dict[str, tuple[str, str]] = {
     "audit.title": ("Zugriffsprotokoll", "Audit trail"),
     "audit.user": ("Person", "Person"),
     "audit.document": ("Dokument-ID", "Document id"),
+    "audit.group": ("Gruppe", "Group"),
+    "audit.as": ("als", "as"),
     "audit.filter": ("Filtern", "Filter"),
     "audit.time": ("Zeit (UTC)", "Time (UTC)"),
     "audit.surface": ("Zugang", "Surface"),

@@ -24,6 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
+from ki_core.audit import Actor, AuditAction, Surface, audit_log, record, record_membership
 from ki_core.config import DmsSettings, DmsSourceSettings
 from ki_core.grants import AclEntry as GrantAclEntry
 from ki_core.grants import (
@@ -42,6 +43,7 @@ from ki_core.models import (
     Document,
     DocumentVersion,
     Grant,
+    GrantEffect,
     GrantScope,
     ObservationState,
     ProcessingState,
@@ -242,8 +244,8 @@ def _check_size(size: int, limit: int) -> None:
 # ---------------------------------------------------------------- ACL mirror
 
 
-def mirror_acl(session: Session, obj: SourceObject, acl: Acl, origin: str) -> bool:
-    """Make the object's mirrored ACL what the source says; True when anything changed.
+def mirror_acl(session: Session, obj: SourceObject, acl: Acl, origin: str) -> list[str]:
+    """Make the object's mirrored ACL what the source says; what changed (`+allow anna`), empty if nothing.
 
     A list, even an empty one, is a known ACL; "unknown" leaves the object
     invisible to everyone but admins (fail closed for external sources).
@@ -254,10 +256,23 @@ def mirror_acl(session: Session, obj: SourceObject, acl: Acl, origin: str) -> bo
         raise PermanentEventError(str(exc)) from exc
     current = {(g.principal, g.effect) for g in _object_grants(session, obj.id)} if obj.acl_known else None
     if wanted == current:
-        return False
+        return []
     entries = None if wanted is None else [GrantAclEntry(principal=p, effect=e) for p, e in sorted(wanted)]
     replace_object_acl(session, obj.id, entries, origin=origin)
-    return True
+    return ["unknown"] if wanted is None else _changes(current or set(), wanted)
+
+
+def _changes(current: set[tuple[str, GrantEffect]], wanted: set[tuple[str, GrantEffect]]) -> list[str]:
+    """`-deny bob`, `+allow anna`: the entries removed, then those added, as the audit trail states them."""
+    return ([f"-{effect.value} {principal}" for principal, effect in sorted(current - wanted)]
+            + [f"+{effect.value} {principal}" for principal, effect in sorted(wanted - current)])
+
+
+def record_access_change(ctx: WorkerContext, source: Source, event: DmsEvent, where: str, changes: list[str]) -> None:
+    """A sync's change of who may see what, in the audit trail before it commits (ki_core.audit)."""
+    if changes:
+        record(audit_log(ctx.settings), Actor.named(f"source:{source.name}"), Surface.SYNC, AuditAction.ACCESS_CHANGE,
+               event_id=event.event_id, detail=f"{where}: {', '.join(changes)}")
 
 
 def _object_grants(session: Session, object_id: str) -> list[Grant]:
@@ -315,7 +330,8 @@ def _upsert_document(ctx: WorkerContext, source: Source, event: DocumentUpserted
         obj = find_object(session, source, event.object_id)
         obj.title = event.title or obj.title
         if advance_watermark(session, source.id, f"acl:{event.object_id}", event):
-            mirror_acl(session, obj, event.acl, origin=source.name)
+            changed = mirror_acl(session, obj, event.acl, origin=source.name)
+            record_access_change(ctx, source, event, f"acl of {event.object_id}", changed)
         # The ACL mirror bumps access_version in SQL, behind the ORM's back.
         session.refresh(version, ["access_version", "indexed_access_version", "processing_state"])
         followups = _next_stages(version, metadata_changed)
@@ -396,8 +412,10 @@ def _change_acl(ctx: WorkerContext, source: Source, event: AclChanged) -> Follow
         if not advance_watermark(session, source.id, subject, event):
             return Followups(note=SUPERSEDED.format(subject=subject))
         obj = known_object(session, session.get(Source, source.id), event.object_id)
-        if not mirror_acl(session, obj, event.acl, origin=source.name):
+        changed = mirror_acl(session, obj, event.acl, origin=source.name)
+        if not changed:
             return Followups(note="ACL unchanged")
+        record_access_change(ctx, source, event, f"acl of {event.object_id}", changed)
         return Followups(access=observing_versions(session, obj.id))
 
 
@@ -406,12 +424,15 @@ def _change_group(ctx: WorkerContext, source: Source, event: GroupChanged) -> Fo
 
     So a membership change needs no index write: it bumps the access
     generation, and the next scope compilation (and re-verification) sees it.
+    Each member added or removed is in the audit trail before the change commits.
     """
     subject = f"group:{stored_principal(event.group)}"
     with ctx.sessions() as session, session.begin():
         if not advance_watermark(session, source.id, subject, event):
             return Followups(note=SUPERSEDED.format(subject=subject))
-        replace_group_members(session, source.id, event.group, event.members)
+        diff = replace_group_members(session, source.id, event.group, event.members)
+        record_membership(audit_log(ctx.settings), Actor.named(f"source:{source.name}"), Surface.SYNC, diff,
+                          event_id=event.event_id, detail=f"event occurred {event.occurred_at.isoformat()}")
     return Followups()
 
 
@@ -423,13 +444,15 @@ def _change_project(ctx: WorkerContext, source: Source, event: ProjectChanged) -
             project.title = event.title
         if not advance_watermark(session, source.id, subject, event):
             return Followups(note=SUPERSEDED.format(subject=subject))
-        if not _replace_project_grants(session, project.id, event, origin=source.name):
+        changed = _replace_project_grants(session, project.id, event, origin=source.name)
+        if not changed:
             return Followups(note="project grants unchanged")
+        record_access_change(ctx, source, event, f"grants of project {event.project}", changed)
         return Followups(access=_indexed_versions_of_project(session, project.id))
 
 
-def _replace_project_grants(session: Session, project_id: str, event: ProjectChanged, origin: str) -> bool:
-    """The project grants this source made become exactly `event.grants`; local grants stay."""
+def _replace_project_grants(session: Session, project_id: str, event: ProjectChanged, origin: str) -> list[str]:
+    """The project grants this source made become exactly `event.grants`; local grants stay. What changed."""
     try:
         wanted = {(stored_principal(e.principal), e.effect) for e in event.grants}
     except InvalidPrincipal as exc:
@@ -443,7 +466,7 @@ def _replace_project_grants(session: Session, project_id: str, event: ProjectCha
         revoke(session, target, principal, effect=effect, origin=origin)
     for principal, effect in sorted(wanted - current):
         grant(session, target, principal, effect=effect, origin=origin)
-    return current != wanted
+    return _changes(current, wanted)
 
 
 def _indexed_versions_of_project(session: Session, project_id: str) -> list[str]:

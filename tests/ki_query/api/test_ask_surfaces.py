@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from ki.asgi import with_mcp
 from ki.cli import app as cli
+from ki_core.audit import audit_log
 from ki_core.db import make_engine, session_factory
 from ki_core.embedding import embedder_from_settings
 from ki_core.grants import GrantEffect, GrantTarget, grant
@@ -32,7 +33,6 @@ from ki_query.api.http import create_query_app
 from ki_query.identity import Identity
 from ki_query.api.mcp_http import MCP_PATH
 from ki_query.api.mcp_server import create_mcp_server
-from ki_query.audit import audit_log
 from ki_query.retrieval import RetrievalService, retrieval_service_from_settings
 from tests.ki_query.credentials import (
     ANNA_KEY,

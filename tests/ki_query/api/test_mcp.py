@@ -7,9 +7,9 @@ import json
 import anyio
 from mcp.client.client import Client
 
+from ki_core.audit import audit_log
 from ki_query.identity import Identity
 from ki_query.api.mcp_server import create_mcp_server
-from ki_query.audit import audit_log
 from tests.ki_query.retrieval_fixtures import MEMBER, FolderWorld, folder_world  # noqa: F401
 
 TOOLS = {"search", "ask", "search_filter", "search_decisions", "get_document", "traverse", "related_documents",

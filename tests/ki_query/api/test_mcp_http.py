@@ -24,12 +24,12 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from ki.asgi import with_mcp
+from ki_core.audit import audit_log
 from ki_core.grants import GrantEffect, GrantTarget, grant
 from ki_query.api.http import create_query_app
 from ki_query.identity import Identity
 from ki_query.api.mcp_http import MCP_PATH
 from ki_query.api.mcp_server import create_mcp_server
-from ki_query.audit import audit_log
 from tests.ki_query.credentials import (
     ANNA_KEY,
     FRONTEND_KEY,

@@ -13,7 +13,7 @@ import pytest
 
 from tests.ki_query.web.browsing import PHONE, browsing, screenshot, search, shown_hits
 from tests.ki_query.web.ki_server import ACCOUNTS, KiServer, KiStore
-from tests.ki_workers.dms_support import SECRET, SOURCE, upserted
+from tests.ki_workers.dms_support import SECRET, SOURCE, envelope, upserted
 
 REPO = Path(__file__).resolve().parents[3]
 WALL_QUERY = "Kündigung aus wichtigem Grund"
@@ -21,6 +21,8 @@ WALLED_PROJECT = "hanse-pharma"
 ANNA, TOM, ADMIN = ACCOUNTS["anna"], ACCOUNTS["tom"], ACCOUNTS["admin"]
 # A DMS event whose content lives at a URL no content_base_url resolves: parked with its reason.
 PARKED = upserted("WEB-1", content={"url": "a.txt", "sha256": "0" * 64})
+# A DMS group sync: its membership changes are in the audit trail.
+TEAM = envelope("group.changed", group="web-team", members=["erika", "jonas"], event_id="WEB-TEAM-1")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KiServer]:
     store.env[f"KI_DMS__SOURCES__{SOURCE.upper()}__SECRET"] = SECRET
     store.ki("demo", "--examples", str(REPO / "examples"), "--state-dir", str(store.root / "state"))
     store.ki("corpus", "load", "statutes", str(REPO / "examples" / "statutes" / "bgb-mietrecht.jsonl.gz"))
-    (store.root / "events.jsonl").write_text(json.dumps(PARKED) + "\n", encoding="utf-8")
+    (store.root / "events.jsonl").write_text(json.dumps(PARKED) + "\n" + json.dumps(TEAM) + "\n", encoding="utf-8")
     store.ki("events", "replay", str(store.root / "events.jsonl"), "--source", SOURCE)
     running = KiServer.start(store)
     yield running
@@ -230,6 +232,15 @@ def test_an_admin_sees_who_read_what_and_a_lawyer_gets_403(browser, server, arti
         read = page.locator("#audit-records tbody tr[data-action=read]").first
         assert "key:anna" in read.inner_text() and "web" in read.inner_text() and document_id in read.inner_text()
         screenshot(page, artifacts, "10-audit")
+    with browsing(browser, server, ADMIN) as page:
+        page.click("#nav-audit")
+        page.fill("#audit-group", "web-team")
+        page.press("#audit-group", "Enter")
+        page.wait_for_selector("#audit-records")
+        rows = page.locator("#audit-records tbody tr").all_inner_texts()
+        assert len(rows) == 2 and all(f"source:{SOURCE}" in r and "sync" in r and "WEB-TEAM-1" in r for r in rows)
+        assert sorted(page.locator("#audit-records .membership").all_inner_texts()) == ["web-team: +erika",
+                                                                                         "web-team: +jonas"]
     with browsing(browser, server, TOM) as page:
         assert page.locator("#nav-audit").count() == 0
         assert page.goto("/audit").status == 403

@@ -114,6 +114,7 @@ def _federated(
     from ki_query.federation.ranking import calibration_for
 
     loaded = load_queries(queries)
+    _record_eval(principals, queries, len(loaded), "federated")
     with open_search(settings, principals) as search:
         scale = calibration_for(search.registry.embedder.signature)
         report = evaluate_federated(lambda **wiring: search.retriever(corpora, **wiring), loaded, scale=scale, k=k,
@@ -138,12 +139,21 @@ def _verdicts(
     from ki_query.federation.evaluation import evaluate_verdicts, load_verdict_questions
 
     loaded = load_verdict_questions(questions)
+    _record_eval(principals, questions, len(loaded), "verdicts")
     with open_search(settings, principals) as search:
         report = evaluate_verdicts(lambda q: search.ask(q, principals, corpora=corpus), loaded)
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
         return
     _print_verdicts(report)
+
+
+def _record_eval(principals: list[str], path: Path, count: int, kind: str) -> None:
+    """Questions run through the firm's index as principals are reads as them: one record per run, before it."""
+    if principals:
+        from ki.commands.reading.trail import record_read
+
+        record_read("eval", principals, query=str(path), detail=f"{kind}: {count} questions")
 
 
 @contextmanager

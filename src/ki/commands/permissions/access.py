@@ -130,15 +130,13 @@ def grant(principal: str = PRINCIPAL, project: str | None = PROJECT, document: s
 
 def _record_change(settings, detail: str, target) -> None:
     """In the audit trail before the change commits: a change that cannot be recorded is not made."""
-    from ki.commands.reading.trail import operator as cli_operator
+    from ki.commands.reading.trail import operator_as
+    from ki_core.audit import AuditAction, Surface, audit_log, record
     from ki_core.models import GrantScope
-    from ki_query.audit import AuditAction, Surface, audit_log, record
-    from ki_query.identity import Identity
 
-    operator = cli_operator()
     document_id = target.id if target.scope is GrantScope.DOCUMENT else None
-    record(audit_log(settings), Identity(operator, (operator,)), Surface.CLI, AuditAction.ACCESS_CHANGE,
-           document_id=document_id, detail=detail)
+    record(audit_log(settings), operator_as(), Surface.CLI, AuditAction.ACCESS_CHANGE, document_id=document_id,
+           detail=detail)
 
 
 @access_app.command("revoke")

@@ -20,11 +20,11 @@ from rich.table import Table
 from ki.errors import cli_errors
 
 if TYPE_CHECKING:
-    from ki_query.audit import AuditEntry
+    from ki_core.audit import AuditEntry
 
 console = Console()
 CSV_COLUMNS = ("at", "subject", "principals", "surface", "action", "query", "hit_count", "document_id",
-               "document_ids", "detail")
+               "document_ids", "detail", "group", "member", "event_id")
 
 
 def _moment(value: str | None, option: str) -> datetime | None:
@@ -41,7 +41,9 @@ def _moment(value: str | None, option: str) -> datetime | None:
 
 @cli_errors
 def audit(
-    user: str | None = typer.Option(None, "--user", help="Only this caller (the subject: a user or key:<name>)."),
+    user: str | None = typer.Option(None, "--user", help="Only this caller (a user, key:<name>, operator:<login>, "
+                                    "source:<name>), records made as this principal, or its membership changes."),
+    group: str | None = typer.Option(None, "--group", help="Only membership changes of this group (as stored)."),
     document: str | None = typer.Option(None, "--document", help="Only records naming this document id."),
     since: str | None = typer.Option(None, "--since", help="From this ISO date/time on (UTC unless it says)."),
     until: str | None = typer.Option(None, "--until", help="Before this ISO date/time."),
@@ -51,9 +53,9 @@ def audit(
 ) -> None:
     """The newest audit records: time, caller, surface, action, query text or document id."""
     from ki_core.config import load_settings
-    from ki_query.audit import AuditFilter, audit_log
+    from ki_core.audit import AuditFilter, audit_log
 
-    where = AuditFilter(user=user, document=document, since=_moment(since, "--since"), until=_moment(until, "--until"),
+    where = AuditFilter(user=user, document=document, group=group, since=_moment(since, "--since"), until=_moment(until, "--until"),
                         limit=limit)
     entries = audit_log(load_settings()).entries(where)
     if csv_file is not None:
@@ -80,10 +82,18 @@ def write_csv(path: Path, entries: list[AuditEntry]) -> None:
 def _print_table(entries: list[AuditEntry]) -> None:
     table = Table("time (UTC)", "principal", "surface", "action", "query or document", "hits")
     for entry in entries:
-        what = entry.query if entry.query is not None else (entry.document_id or "")
+        what = entry.query if entry.query is not None else (entry.document_id or _membership(entry))
         table.add_row(entry.at.strftime("%Y-%m-%d %H:%M:%S") if entry.at else "", entry.subject, entry.surface.value,
                       entry.action.value, what, "" if entry.hit_count is None else str(entry.hit_count))
     console.print(table if entries else "no audit records")
+
+
+def _membership(entry: AuditEntry) -> str:
+    """A sync's membership change as one cell: `partner +anna (event E-17)`."""
+    if entry.group is None:
+        return ""
+    sign = "+" if entry.action.value == "member_added" else "-"
+    return f"{entry.group} {sign}{entry.member} (event {entry.event_id})"
 
 
 def register(app: typer.Typer) -> None:

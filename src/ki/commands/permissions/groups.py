@@ -29,10 +29,13 @@ MEMBERS = typer.Argument(..., help="Users or groups to add or remove.")
 @cli_errors
 def add(group: str = GROUP, members: list[str] = MEMBERS) -> None:
     """Make each MEMBER a local member of GROUP."""
+    from ki.commands.reading.trail import record_memberships
     from ki_core import grants
 
     with configured_store() as (settings, session):
         added = grants.add_local_members(session, group, members, settings=settings)
+        record_memberships(settings, grants.MembershipDiff(group=grants.stored_principal(group, settings),
+                                                           added=tuple(added)))
     stored = grants.stored_principal(group, settings)
     if added:
         Console().print(f"added to [bold]{stored}[/] (local): {', '.join(added)}", highlight=False)
@@ -44,10 +47,14 @@ def add(group: str = GROUP, members: list[str] = MEMBERS) -> None:
 @cli_errors
 def remove(group: str = GROUP, members: list[str] = MEMBERS) -> None:
     """Remove local memberships of MEMBERs in GROUP; memberships mirrored from a source stay."""
+    from ki.commands.reading.trail import record_memberships
     from ki_core import grants
 
     with configured_store() as (settings, session):
         removed = grants.remove_local_members(session, group, members, settings=settings)
+        record_memberships(settings, *(grants.MembershipDiff(group=g, removed=tuple(r.member for r in removed
+                                                                                     if r.group == g))
+                                       for g in sorted({r.group for r in removed})))
         left = grants.list_memberships(session, group, settings=settings)
     console = Console()
     gone = {r.member for r in removed}

@@ -501,7 +501,7 @@ def mcp(
     from ki_core.config import load_settings
     from ki_query.identity import identity_from_api_key
     from ki_query.api.mcp_server import create_mcp_server
-    from ki_query.audit import audit_log
+    from ki_core.audit import audit_log
 
     if not api_key:
         raise typer.BadParameter("stdio serves one identity: give --api-key or KI_MCP_API_KEY", param_hint="--api-key")

@@ -1,6 +1,6 @@
 """The audit trail (ki_core.models.audit): who searched for what and read which document.
 
-On SQLite the trail is kept in a database file of its own (ki_query.audit creates
+On SQLite the trail is kept in a database file of its own (ki_core.audit creates
 the same table there), so this table stays empty in the store's SQLite file.
 
 Revision ID: 0017_audit_records
