@@ -126,3 +126,28 @@ def test_a_process_of_the_old_configuration_answers_503_naming_both_after_reinde
     assert configured_signature(get_settings()).text() in detail and "ki reindex" in detail
     assert configured_signature(old_settings).text() in detail
     service.close()
+
+
+def test_the_demo_rebuilds_its_own_index_when_an_older_extractor_built_it(
+    ctx, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ki demo` keeps a store of its own: after an update it rebuilds that index instead of refusing."""
+    import ki_core.identifiers
+    from rich.console import Console
+
+    from ki.commands.corpora.demo import rebuild_an_outdated_index
+
+    sync_folder(ctx, folder, "kontorwerk")
+    monkeypatch.setattr(ki_core.identifiers, "EXTRACTOR_VERSION", ki_core.identifiers.EXTRACTOR_VERSION + 1)
+    new_ctx = switch(monkeypatch)
+    with pytest.raises(IndexSignatureMismatch):
+        new_ctx.index()
+    console = Console(record=True, width=200)
+
+    rebuild_an_outdated_index(get_settings(), console)
+
+    assert "rebuilding it" in console.export_text()
+    assert new_ctx.index().recorded_signature() == configured_signature(get_settings())
+    assert searched(get_settings()) > 0
+    rebuild_an_outdated_index(get_settings(), console := Console(record=True, width=200))
+    assert console.export_text() == ""  # an index of this configuration is left as it is

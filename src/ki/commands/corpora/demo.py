@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from ki.errors import cli_errors
+
+if TYPE_CHECKING:
+    from ki_core.config import Settings
 
 # The repository's examples/ (editable install, `make demo`), else ./examples.
 _REPO_EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
@@ -42,6 +46,7 @@ def demo(
     console.print(f"[bold]LegalMemory knowledge index demo[/] — store {state_dir}/, embedder {settings.embedding.label()}")
     started = time.perf_counter()
     prepare_store(settings)
+    rebuild_an_outdated_index(settings, console)
     failures = run_tour(worker_context(), examples, console)
     reset_worker_context()
     elapsed = time.perf_counter() - started
@@ -49,6 +54,26 @@ def demo(
         console.print(f"[bold red]{len(failures)} claim(s) failed[/] in {elapsed:.0f} s")
         raise typer.Exit(1)
     console.print(f"[bold green]all claims held[/] in {elapsed:.0f} s")
+
+
+def rebuild_an_outdated_index(settings: Settings, console: Console) -> None:
+    """The demo's store is its own: an index an older release built (another extractor or model) is
+    rebuilt here, where `ki search` would refuse it and ask for `ki reindex`."""
+    from ki_core.search.index import open_index
+    from ki_core.search.signature import configured_signature
+    from ki_workers.context import worker_context
+    from ki_workers.reindex import rebuild_index
+
+    index = open_index(settings, read_only=True)
+    try:
+        recorded = index.recorded_signature()
+    finally:
+        index.close()
+    configured = configured_signature(settings)
+    if recorded is None or recorded == configured:
+        return
+    console.print(f"the demo index was built as \"{recorded.text()}\": rebuilding it as \"{configured.text()}\"")
+    rebuild_index(worker_context())
 
 
 def register(app: typer.Typer) -> None:
