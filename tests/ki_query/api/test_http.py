@@ -159,20 +159,21 @@ def test_a_query_no_embedder_can_take_is_400_naming_it(client: TestClient, query
     assert decisions.status_code == 400
 
 
-def test_a_norm_filter_naming_no_norm_is_400_with_the_reason_and_position(client: TestClient) -> None:
-    response = _search(client, {"X-API-Key": ANNA_KEY}, query="Kündigung norm:§§")
+@pytest.mark.parametrize(
+    ("query", "reason", "position"),
+    [
+        ("Kündigung norm:§§", "norm:§§ nennt keine Vorschrift", 10),
+        # `-§§ 1-2385 BGB` would be most of the law, asked for by accident: refused where the range starts
+        ("Kündigung -§§ 1-2385 BGB", "§§ 1-2385 umfasst 2385 Vorschriften", 11),
+    ],
+)
+def test_a_malformed_norm_is_400_with_the_reason_and_position(
+    client: TestClient, query: str, reason: str, position: int
+) -> None:
+    response = _search(client, {"X-API-Key": ANNA_KEY}, query=query)
     assert response.status_code == 400
     body = response.json()
-    assert body["detail"].startswith("norm:§§ nennt keine Vorschrift") and body["position"] == 10
-    assert body["hint"].startswith("Hinweis:")
-
-
-def test_a_range_of_more_than_50_sections_is_400_with_the_reason_and_position(client: TestClient) -> None:
-    """`-§§ 1-2385 BGB` would be most of the law, asked for by accident: refused where the range starts."""
-    response = _search(client, {"X-API-Key": ANNA_KEY}, query="Kündigung -§§ 1-2385 BGB")
-    assert response.status_code == 400
-    body = response.json()
-    assert body["detail"].startswith("§§ 1-2385 umfasst 2385 Vorschriften") and body["position"] == 11
+    assert body["detail"].startswith(reason) and body["position"] == position
     assert body["hint"].startswith("Hinweis:")
 
 
