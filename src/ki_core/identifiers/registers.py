@@ -43,16 +43,17 @@ _NUMBER_FIRST = re.compile(
 # Both long forms name the register in words; a text without the word skips their scans (`in` finds
 # a literal this long far faster than the alternation of the register words can be scanned for).
 _LONG_FORM_LITERALS = ("register",)
-_DEPARTMENT = re.compile(r"(?:\A|\s)(?:Abteilung\s+|Abt\.\s*)?(?P<abt>[AB])(?=[\s,])")
+_DEPARTMENT_WORD = r"(?:Abteilung\s+|Abt\.\s*)"
+_DEPARTMENT = re.compile(r"(?:\A|\s)" + _DEPARTMENT_WORD + r"?(?P<abt>[AB])(?=[\s,])")
 # The department named after the number: "Handelsregister des Amtsgerichts München unter der Nummer
 # 98765 in Abteilung B"; here only with its word, since a bare letter after a number is a suffix ("HRB 123 B").
-_DEPARTMENT_AFTER = re.compile(r",?\s*(?:in\s+(?:der\s+)?)?(?:Abteilung\s+|Abt\.\s*)(?P<abt>[AB])(?![\w-])")
+_DEPARTMENT_AFTER = re.compile(r",?\s*(?:in\s+(?:der\s+)?)?" + _DEPARTMENT_WORD + r"(?P<abt>[AB])(?![\w-])")
 # The number first in a Handelsregister entry, with its department: "unter der Nummer 98765 in Abteilung B
 # des Handelsregisters", "unter der Registernummer 12345 im Handelsregister Abteilung B".
 _HR_NUMBER_FIRST = re.compile(
     r"unter\s+(?:der\s+)?(?:[a-zäöüß]+en\s+)?(?:Nummer|Nr\.?|Registernummer)\s*(?P<num>\d{1,7})\s+"
-    r"(?:(?:in\s+(?:der\s+)?)?(?:Abteilung\s+|Abt\.\s*)(?P<abt_before>[AB])\s+des\s+Handelsregisters"
-    r"|(?:in\s+das|im)\s+Handelsregister,?\s*(?:Abteilung\s+|Abt\.\s*)(?P<abt_after>[AB]))(?![\w-])"
+    r"(?:(?:in\s+(?:der\s+)?)?" + _DEPARTMENT_WORD + r"(?P<abt_before>[AB])\s+des\s+Handelsregisters"
+    r"|(?:in\s+das|im)\s+Handelsregister,?\s*" + _DEPARTMENT_WORD + r"(?P<abt_after>[AB]))(?![\w-])"
 )
 
 

@@ -117,19 +117,26 @@ def unrecorded_signatures(sessions: sessionmaker[Session]) -> set[str]:
         return set(session.scalars(select(column).where(column.is_not(None)).distinct()))
 
 
+def recorded_signature(settings: Settings) -> IndexSignature | None:
+    """What built the configured index, read without opening it for writing (None: nothing yet)."""
+    from ki_core.search.index import open_index
+
+    index = open_index(settings, read_only=True)
+    try:
+        return index.recorded_signature()
+    finally:
+        index.close()
+
+
 def signature_status(settings: Settings) -> list[str]:
     """`ki status`'s lines: the recorded signature, and the configured one when they differ."""
-    from ki_core.search.index import open_index
     from ki_core.search.types import SearchBackendError
 
     configured = configured_signature(settings)
-    index = open_index(settings, read_only=True)
     try:
-        recorded = index.recorded_signature()
+        recorded = recorded_signature(settings)
     except SearchBackendError as exc:
         return [f"index signature: unavailable ({exc})"]
-    finally:
-        index.close()
     if recorded is None:
         return [f"index signature: none recorded yet (the next writer records \"{configured.text()}\")"]
     lines = [f"index signature: {recorded.text()}"]

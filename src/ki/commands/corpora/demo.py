@@ -59,16 +59,11 @@ def demo(
 def rebuild_an_outdated_index(settings: Settings, console: Console) -> None:
     """The demo's store is its own: an index an older release built (another extractor or model) is
     rebuilt here, where `ki search` would refuse it and ask for `ki reindex`."""
-    from ki_core.search.index import open_index
-    from ki_core.search.signature import configured_signature
+    from ki_core.search.signature import configured_signature, recorded_signature
     from ki_workers.context import worker_context
     from ki_workers.reindex import rebuild_index
 
-    index = open_index(settings, read_only=True)
-    try:
-        recorded = index.recorded_signature()
-    finally:
-        index.close()
+    recorded = recorded_signature(settings)
     configured = configured_signature(settings)
     if recorded is None or recorded == configured:
         return
